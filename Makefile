@@ -1,0 +1,50 @@
+# Elastic LLM Operator: every target installs what it needs (`make setup` creates .venv itself).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXTRAS ?= operator,trainer,dev
+PYTEST_ARGS ?=
+
+.PHONY: help setup tools test test-unit lint crds demo bench clean-cluster
+
+help:
+	@echo "make demo    - build tools (first run), start a local cluster, run the operator and a job, inject a node failure"
+	@echo "make test    - unit, trainer, chart and integration tests against a real local control plane"
+	@echo "make lint    - ruff + mypy --strict on the packages"
+	@echo "make crds    - regenerate crds/ and the chart's copy from the API models"
+	@echo "make setup   - create .venv with the operator, trainer and dev extras"
+	@echo "make tools   - build the pinned upstream binaries into the per-machine cache"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@echo ">> creating $(VENV) and installing .[$(EXTRAS)] (first run downloads torch: several GB)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/pip install --progress-bar off -e '.[$(EXTRAS)]'
+	touch $@
+
+tools: setup
+	$(BIN)/llmjob tools build
+
+test: setup tools
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check operator trainer tests bench
+	$(BIN)/ruff format --check operator trainer tests bench
+	$(BIN)/mypy operator/llm_operator trainer/llm_trainer
+
+crds: setup
+	$(BIN)/llmjob crd > crds/elasticllm.dev_llmtrainingjobs.yaml
+	cp crds/elasticllm.dev_llmtrainingjobs.yaml charts/elastic-llm-operator/crds/
+
+demo: setup tools
+	$(BIN)/llmjob demo $(DEMO_ARGS)
+
+clean-cluster: setup
+	$(BIN)/llmjob cluster down --all

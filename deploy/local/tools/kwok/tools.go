@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the commands this wrapper builds so `go mod tidy` keeps their dependencies.
+package tools
+
+import (
+	_ "sigs.k8s.io/kwok/cmd/kwok"
+	_ "sigs.k8s.io/kwok/cmd/kwokctl"
+)

@@ -1,0 +1,1 @@
+"""The local control plane: pinned upstream binaries, a kwok cluster, failure injection."""

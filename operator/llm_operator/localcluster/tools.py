@@ -1,0 +1,270 @@
+"""Build and cache the pinned upstream binaries of the local control plane.
+
+Each upstream project is built from a small Go wrapper module that we own under
+``deploy/local/tools/<group>/`` (its ``go.mod``/``go.sum`` pin the version). The binaries land in a
+per-machine cache keyed by a hash of the wrapper module, the Go version and the build flags, so a
+version bump rebuilds and nothing is ever committed. A file lock makes concurrent runs wait for one
+build instead of racing. The envtest convention is honoured: ``TEST_ASSET_<NAME>`` or
+``KUBEBUILDER_ASSETS`` pointing at existing binaries wins and nothing is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llm_operator.localcluster.paths import cache_root, repo_root
+
+KUBE_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v4.3.1"
+
+
+def _kube_ldflags() -> list[str]:
+    major, minor = KUBE_VERSION.lstrip("v").split(".")[:2]
+    flags: list[str] = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={KUBE_VERSION}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return flags
+
+
+@dataclass(frozen=True)
+class ToolGroup:
+    """One wrapper module and the commands built from it in a single ``go build``."""
+
+    name: str
+    version: str
+    commands: dict[str, str]  # binary name -> Go package path
+    ldflags: list[str] = field(default_factory=list)
+
+    @property
+    def module_dir(self) -> Path:
+        return repo_root() / "deploy" / "local" / "tools" / self.name
+
+
+GROUPS: tuple[ToolGroup, ...] = (
+    ToolGroup(
+        "kubernetes",
+        KUBE_VERSION,
+        {
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+            "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        },
+        _kube_ldflags(),
+    ),
+    ToolGroup("etcd", ETCD_VERSION, {"etcd": "./cmd/etcd"}),
+    ToolGroup(
+        "kwok",
+        KWOK_VERSION,
+        {"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl"},
+        [
+            f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION.lstrip('v')}",
+            f"-X sigs.k8s.io/kwok/pkg/consts.KubeVersion={KUBE_VERSION.lstrip('v')}",
+        ],
+    ),
+    ToolGroup(
+        "helm",
+        HELM_VERSION,
+        {"helm": "helm.sh/helm/v4/cmd/helm"},
+        [f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"],
+    ),
+)
+
+ALL_TOOLS: tuple[str, ...] = tuple(name for g in GROUPS for name in g.commands)
+
+
+class ToolError(RuntimeError):
+    """A tool could not be found or built; the message says what to do."""
+
+
+def _group_of(tool: str) -> ToolGroup:
+    for group in GROUPS:
+        if tool in group.commands:
+            return group
+    raise ToolError(f"unknown tool {tool!r}; known tools: {', '.join(ALL_TOOLS)}")
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ToolError("'go' is not on PATH: install Go >= 1.24 to build the local control plane tools")
+    return go
+
+
+def _go_version() -> str:
+    out = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _build_flags(group: ToolGroup) -> list[str]:
+    return ["-trimpath", "-ldflags", " ".join(["-s", "-w", *group.ldflags])]
+
+
+def group_dir(group: ToolGroup) -> Path:
+    """The cache folder of one group: keyed by version, wrapper module, Go version and flags."""
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        digest.update((group.module_dir / name).read_bytes())
+    digest.update(_go_version().encode())
+    digest.update(" ".join(_build_flags(group)).encode())
+    return cache_root() / "tools" / f"{group.name}-{group.version}-{digest.hexdigest()[:12]}"
+
+
+def _from_environment(tool: str) -> Path | None:
+    """The envtest convention: an explicit asset path or a KUBEBUILDER_ASSETS folder."""
+    env_name = "TEST_ASSET_" + tool.upper().replace("-", "_")
+    explicit = os.environ.get(env_name)
+    if explicit:
+        path = Path(explicit)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ToolError(f"{env_name}={explicit} is not an executable file")
+        return path
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets:
+        path = Path(assets) / tool
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _say(f"another process is building the tools ({path}); waiting for it to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _say(message: str) -> None:
+    print(f"[tools] {message}", file=sys.stderr, flush=True)
+
+
+def _count_packages(group: ToolGroup, env: dict[str, str]) -> int:
+    """How many packages ``go build`` may compile: the denominator of the progress line."""
+    result = subprocess.run(
+        [_go(), "list", "-deps", *group.commands.values()],
+        cwd=group.module_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return max(1, len(result.stdout.splitlines())) if result.returncode == 0 else 1
+
+
+def _build_group(group: ToolGroup, log_dir: Path) -> None:
+    target = group_dir(group)
+    if all((target / name).is_file() for name in group.commands):
+        return
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+    total = _count_packages(group, env)
+    log_path = log_dir / f"build-{group.name}.log"
+    argv = [_go(), "build", "-v", *_build_flags(group), "-o", str(staging) + "/", *group.commands.values()]
+    _say(f"building {group.name} {group.version} ({', '.join(group.commands)}): log in {log_path}")
+    started = time.monotonic()
+    compiled = 0
+    last_report = started
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            argv, cwd=group.module_dir, env=env, stdout=log, stderr=subprocess.PIPE, text=True
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            log.write(line)
+            compiled += 1
+            now = time.monotonic()
+            if now - last_report >= 15:
+                last_report = now
+                pct = min(99, 100 * compiled // total)
+                _say(f"{group.name}: ~{pct}% ({compiled} packages compiled, {int(now - started)}s elapsed)")
+        code = proc.wait()
+    if code != 0:
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
+        raise ToolError(f"building {group.name} failed (exit {code}); last lines of {log_path}:\n{tail}")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    _say(f"built {group.name} in {int(time.monotonic() - started)}s -> {target}")
+
+
+def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
+    """Return the path of each tool, building the missing ones (concurrently, under a lock)."""
+    wanted = list(tools)
+    found: dict[str, Path] = {}
+    missing_groups: dict[str, ToolGroup] = {}
+    for tool in wanted:
+        from_env = _from_environment(tool)
+        if from_env is not None:
+            found[tool] = from_env
+            continue
+        group = _group_of(tool)
+        path = group_dir(group) / tool
+        if path.is_file():
+            found[tool] = path
+        else:
+            missing_groups[group.name] = group
+    if missing_groups:
+        root = cache_root() / "tools"
+        with _locked(root / ".build.lock"):
+            log_dir = root / "logs"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            errors: list[BaseException] = []
+
+            def run(group: ToolGroup) -> None:
+                try:
+                    _build_group(group, log_dir)
+                except BaseException as exc:  # reported below, after every build ended
+                    errors.append(exc)
+
+            _say("first run on this machine: building the local control plane tools (several minutes)")
+            threads = [threading.Thread(target=run, args=(g,)) for g in missing_groups.values()]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                raise ToolError("\n".join(str(e) for e in errors))
+        for tool in wanted:
+            found.setdefault(tool, group_dir(_group_of(tool)) / tool)
+    return found
+
+
+def bin_dir_for(paths: dict[str, Path]) -> Path:
+    """A folder of symlinks to every tool, for PATH and for kwokctl's binary runtime."""
+    target = cache_root() / "bin"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, path in paths.items():
+        link = target / name
+        if link.is_symlink() or link.exists():
+            if link.resolve() == path.resolve():
+                continue
+            link.unlink()
+        link.symlink_to(path)
+    return target
