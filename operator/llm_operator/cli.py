@@ -51,12 +51,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="llmjob", description="Elastic LLM training on Kubernetes: render jobs, run the operator, local clusters."
+        prog="llmjob",
+        description="Elastic LLM training on Kubernetes: render jobs, run the operator, local clusters.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("render", help="print every object the operator would create for job manifests")
-    p.add_argument("-f", "--filename", action="append", required=True, help="job manifest (YAML, '-' = stdin)")
+    p.add_argument(
+        "-f", "--filename", action="append", required=True, help="job manifest (YAML, '-' = stdin)"
+    )
     p.add_argument("-n", "--namespace", help="namespace for manifests that name none (default: default)")
     p.set_defaults(func=_cmd_render)
 

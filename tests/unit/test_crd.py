@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from llm_operator.api.crd import crd, crd_yaml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel
 
 from llm_operator.api import models
-from llm_operator.api.rules import QUANTITY_PATTERN
+from llm_operator.api.rules import QUANTITY_PATTERN, RULES_JOB
 
 _DROP = {"title", "discriminator"}
 
@@ -120,9 +120,7 @@ def openapi_schema() -> dict[str, Any]:
             "spec": spec,
             "status": status,
         },
-        "x-kubernetes-validations": models.LLMTrainingJob.model_config.get("json_schema_extra", {})[  # type: ignore[index,union-attr]
-            "x-kubernetes-validations"
-        ],
+        "x-kubernetes-validations": RULES_JOB,
     }
 
 

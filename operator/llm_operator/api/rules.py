@@ -29,9 +29,8 @@ RESERVED_ENV_PREFIXES: tuple[str, ...] = ("PET_", "TORCHELASTIC_", "LLMJOB_")
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 ABSOLUTE_PATH = r"^/"
 # The pattern apiserver-generated schemas use for resource.Quantity.
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
+_NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
 QUANTITY_SCHEMA: dict[str, Any] = {"x-llmjob-quantity": True}
 # Longest job name: pod hostnames `<job>-worker-<index>` must stay a 63-character DNS label.
 MAX_JOB_NAME = 47
@@ -70,8 +69,8 @@ RULES_SPEC: list[dict[str, str]] = [
     ),
     _rule(
         "!has(self.replicas) || (self.replicas >= self.minReplicas && self.replicas <= self.maxReplicas)",
-        "'spec.replicas (' + string(self.replicas) + ') must be within [spec.minReplicas, spec.maxReplicas] = ['"
-        " + string(self.minReplicas) + ', ' + string(self.maxReplicas) + ']'",
+        "'spec.replicas (' + string(self.replicas) + ') must be within [spec.minReplicas,"
+        " spec.maxReplicas] = [' + string(self.minReplicas) + ', ' + string(self.maxReplicas) + ']'",
         ".replicas",
     ),
     _rule(

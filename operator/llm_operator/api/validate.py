@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import celpy
+from celpy.adapter import json_to_cel
 from pydantic import ValidationError
 
 from llm_operator.api import crd
@@ -86,7 +87,7 @@ def _program(expression: str) -> Any:
 
 
 def _evaluate(expression: str, value: Any) -> Any:
-    return _program(expression).evaluate({"self": celpy.json_to_cel(value)})
+    return _program(expression).evaluate({"self": json_to_cel(value)})
 
 
 def _rules_at(schema: dict[str, Any], value: Any, path: str) -> Iterator[str]:
