@@ -37,6 +37,13 @@ def _cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from llm_operator.api.reference import reference
+
+    sys.stdout.write(reference())
+    return 0
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from llm_operator.runner import run_operator
 
@@ -65,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("crd", help="print the LLMTrainingJob CRD generated from the API models")
     p.set_defaults(func=_cmd_crd)
+
+    p = sub.add_parser("api-docs", help="print the Markdown API reference generated from the models")
+    p.set_defaults(func=_cmd_docs)
 
     p = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig")
     scope = p.add_mutually_exclusive_group()
