@@ -270,3 +270,45 @@ def fail_pod(
         return obj["status"].get("phase") == phase and bool(codes) and all(c == exit_code for c in codes)
 
     poll(exited, timeout=timeout, what=f"pod {namespace}/{pod} to be {phase} with exit code {exit_code}")
+
+
+# -------------------------------------------------------------------------------------------- restore
+def restore_nodes(
+    baseline: list[dict[str, Any]], *, kube: Kubectl | None = None, timeout: float = DEFAULT_TIMEOUT_S
+) -> list[str]:
+    """Bring the node set back to ``baseline`` (Node manifests) after fault injection.
+
+    Extra nodes are deleted, missing ones created, not-ready marks and termination taints cleared; returns
+    the names of the nodes that had to change (empty when nothing had been touched).
+    """
+    k = _kube(kube)
+    wanted = {m["metadata"]["name"]: m for m in baseline}
+    current = {n["metadata"]["name"]: n for n in k.items("nodes")}
+    changed: list[str] = []
+    for name in sorted(current.keys() - wanted.keys()):
+        k.run("delete", "node", name, "--wait=false")
+        changed.append(name)
+    for name in sorted(current.keys() & wanted.keys()):
+        obj = current[name]
+        touched = False
+        if marks.NODE_NOT_READY_LABEL in obj["metadata"].get("labels", {}):
+            node_ready(name, kube=k, timeout=timeout)
+            touched = True
+        keys = _taint_keys(obj)
+        for kind in get_args(TerminationKind):
+            cordoned = kind == "cordon" and obj.get("spec", {}).get("unschedulable", False)
+            if termination_taint(kind)["key"] in keys or cordoned:
+                clear_termination(name, kind, kube=k)
+                touched = True
+        if touched:
+            changed.append(name)
+    for name in sorted(wanted.keys() - current.keys()):
+        k.create(wanted[name])
+        changed.append(name)
+
+    def all_ready() -> bool | list[str]:
+        ready = {n["metadata"]["name"] for n in k.items("nodes") if condition(n, "Ready") == "True"}
+        return wanted.keys() <= ready or False
+
+    poll(all_ready, timeout=timeout, what=f"baseline nodes {', '.join(sorted(wanted))} to be Ready")
+    return changed

@@ -82,6 +82,7 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
         "kubeControllerManagerNodeMonitorPeriodMilliseconds": settings.node_monitor_period_ms,
         "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": settings.node_monitor_grace_period_ms,
         "nodeLeaseDurationSeconds": settings.node_lease_duration_s,
+        "heartbeatFactor": 1,  # kwokctl multiplies the three timings above by 5 unless told otherwise
     }
     if settings.apiserver_port:
         options["kubeApiserverPort"] = settings.apiserver_port

@@ -7,6 +7,7 @@ untainted, where rendezvous servers and other small pods land.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -79,6 +80,12 @@ def default_zone(kind: NodeKind, index: int) -> str:
     return GPU_ZONE if kind == "gpu" else CPU_ZONES[index % len(CPU_ZONES)]
 
 
+def node_ip(name: str) -> str:
+    """A stable private address per node name (hosts IPs of its pods, like a VPC address on EKS)."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return f"10.{128 + digest[0] % 64}.{digest[1]}.{1 + digest[2] % 254}"
+
+
 def node_manifest(name: str, kind: NodeKind, zone: str) -> dict[str, Any]:
     """A Node object that kwok will manage, with capacity and allocatable set at creation."""
     shape = SHAPES[kind]
@@ -106,6 +113,10 @@ def node_manifest(name: str, kind: NodeKind, zone: str) -> dict[str, Any]:
             "capacity": dict(resources),
             "allocatable": dict(resources),
             "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
+            "addresses": [
+                {"type": "InternalIP", "address": node_ip(name)},
+                {"type": "Hostname", "address": name},
+            ],
         },
     }
 
