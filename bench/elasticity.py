@@ -68,7 +68,9 @@ class Recorder:
         await config.load_kube_config()
         async with client.ApiClient() as api:
             core = client.CoreV1Api(api)
-            await asyncio.gather(self._watch(core.list_node, "node"), self._watch(core.list_namespaced_pod, "pod", NS))
+            await asyncio.gather(
+                self._watch(core.list_node, "node"), self._watch(core.list_namespaced_pod, "pod", NS)
+            )
 
     async def _watch(self, fn: Any, kind: str, *args: str) -> None:
         while not self.stop.is_set():
@@ -108,7 +110,12 @@ def job_doc(name: str, replicas: int, workers: int, **spec: Any) -> dict[str, An
         "failurePolicy": {"nodeFailureGraceSeconds": 0, "maxRestarts": 1000, "resizeCooldownSeconds": 0},
     }
     body.update(spec)
-    return {"apiVersion": "elasticllm.dev/v1alpha1", "kind": "LLMTrainingJob", "metadata": {"name": name, "namespace": NS}, "spec": body}
+    return {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": body,
+    }
 
 
 def start_operator(log: Path) -> subprocess.Popen[bytes]:
@@ -131,7 +138,14 @@ def reaction_trials(kube: Kubectl, rec: Recorder, kind: str, count: int) -> list
     """Fail one worker's node `count` times; return signal -> replacement ADDED latencies."""
     out: list[float] = []
     for i in range(count):
-        poll(lambda: status(kube, "react").get("phase") == "Running" and status(kube, "react").get("readyReplicas") == 4, timeout=60, what="job Running at 4")
+        poll(
+            lambda: (
+                status(kube, "react").get("phase") == "Running"
+                and status(kube, "react").get("readyReplicas") == 4
+            ),
+            timeout=60,
+            what="job Running at 4",
+        )
         pods = [p for p in workers(kube, "react") if not p["metadata"].get("deletionTimestamp")]
         victim = pods[i % len(pods)]
         node, uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
@@ -140,25 +154,41 @@ def reaction_trials(kube: Kubectl, rec: Recorder, kind: str, count: int) -> list
             chaos.node_not_ready(node, kube=kube, wait=False)
 
             def signal(k: str, o: dict[str, Any]) -> bool:
-                return k.startswith("node") and o["metadata"]["name"] == node and any(
-                    c["type"] == "Ready" and c["status"] != "True" for c in o.get("status", {}).get("conditions", [])
+                return (
+                    k.startswith("node")
+                    and o["metadata"]["name"] == node
+                    and any(
+                        c["type"] == "Ready" and c["status"] != "True"
+                        for c in o.get("status", {}).get("conditions", [])
+                    )
                 )
         else:
             chaos.taint_for_termination(node, "karpenter", kube=kube)
 
             def signal(k: str, o: dict[str, Any]) -> bool:
-                return k.startswith("node") and o["metadata"]["name"] == node and any(
-                    t["key"] == "karpenter.sh/disrupted" for t in (o.get("spec", {}).get("taints") or [])
+                return (
+                    k.startswith("node")
+                    and o["metadata"]["name"] == node
+                    and any(
+                        t["key"] == "karpenter.sh/disrupted" for t in (o.get("spec", {}).get("taints") or [])
+                    )
                 )
 
         t_signal = rec.first(before, signal)
         known = {p["metadata"]["uid"] for p in pods}
         t_new = rec.first(
             t_signal,
-            lambda k, o: k == "pod:ADDED" and o["metadata"]["labels"].get(labels.JOB_NAME) == "react" and o["metadata"]["uid"] not in known,
+            lambda k, o: (
+                k == "pod:ADDED"
+                and o["metadata"]["labels"].get(labels.JOB_NAME) == "react"
+                and o["metadata"]["uid"] not in known
+            ),
         )
         out.append(t_new - t_signal)
-        print(f"  {kind} #{i + 1}: {node} ({uid[:8]}) replaced in {1000 * (t_new - t_signal):.0f} ms", flush=True)
+        print(
+            f"  {kind} #{i + 1}: {node} ({uid[:8]}) replaced in {1000 * (t_new - t_signal):.0f} ms",
+            flush=True,
+        )
         if kind == "notready":
             chaos.node_ready(node, kube=kube)
         else:
@@ -166,7 +196,9 @@ def reaction_trials(kube: Kubectl, rec: Recorder, kind: str, count: int) -> list
     return out
 
 
-def throughput(kube: Kubectl, jobs: int, per_job: int, operator: psutil.Process) -> tuple[float, float, float]:
+def throughput(
+    kube: Kubectl, jobs: int, per_job: int, operator: psutil.Process
+) -> tuple[float, float, float]:
     peak = [operator.memory_info().rss]
     done = threading.Event()
 
@@ -178,7 +210,10 @@ def throughput(kube: Kubectl, jobs: int, per_job: int, operator: psutil.Process)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    docs = [job_doc(f"tp-{i}", per_job, per_job, gpusPerNode=0, rendezvous={"endpoint": "etcd.bench:2379"}) for i in range(jobs)]
+    docs = [
+        job_doc(f"tp-{i}", per_job, per_job, gpusPerNode=0, rendezvous={"endpoint": "etcd.bench:2379"})
+        for i in range(jobs)
+    ]
     start = time.monotonic()
     kube.run("apply", "-f", "-", input=yaml.safe_dump_all(docs), timeout=300)
 
@@ -190,7 +225,15 @@ def throughput(kube: Kubectl, jobs: int, per_job: int, operator: psutil.Process)
 
     def all_running() -> bool:
         items = kube.json("get", "llmtrainingjobs", "-n", NS, timeout=120)["items"]
-        return sum(1 for j in items if (j.get("status") or {}).get("phase") == "Running" and j["metadata"]["name"].startswith("tp-")) == jobs
+        return (
+            sum(
+                1
+                for j in items
+                if (j.get("status") or {}).get("phase") == "Running"
+                and j["metadata"]["name"].startswith("tp-")
+            )
+            == jobs
+        )
 
     poll(all_running, timeout=600, what="all jobs Running", interval=1.0)
     t_running = time.monotonic() - start
@@ -210,13 +253,17 @@ def big_cpu_nodes(count: int) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--failures", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    print(f"machine: {platform.platform()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}")
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+    )
     print(f"versions: kubernetes {tools.KUBE_VERSION}, etcd {tools.ETCD_VERSION}, kwok {tools.KWOK_VERSION}")
     cluster = LocalCluster("llmjob-bench")
     cluster.up(gpu_nodes=6, cpu_nodes=1)
@@ -229,16 +276,34 @@ def main() -> int:
     rec.start()
     results: dict[str, Any] = {}
     try:
-        kube.run("apply", "-f", "-", input=yaml.safe_dump(job_doc("react", 4, 4, gpusPerNode=8, rendezvous={"endpoint": "etcd.bench:2379"})))
+        kube.run(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump(
+                job_doc("react", 4, 4, gpusPerNode=8, rendezvous={"endpoint": "etcd.bench:2379"})
+            ),
+        )
         for kind in ("notready", "termination"):
             print(f"reaction to {kind} (grace 0), {args.failures} failures:", flush=True)
             lat = reaction_trials(kube, rec, kind, args.failures)
-            results[kind] = {"n": len(lat), "p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * percentile(lat, 0.99), "max_ms": 1000 * max(lat)}
+            results[kind] = {
+                "n": len(lat),
+                "p50_ms": 1000 * statistics.median(lat),
+                "p99_ms": 1000 * percentile(lat, 0.99),
+                "max_ms": 1000 * max(lat),
+            }
         kube.run("delete", "llmtrainingjob", "react", "-n", NS, "--wait=true")
         cluster.add_nodes(big_cpu_nodes(2))
         print(f"throughput: {args.jobs} jobs x {args.workers} workers", flush=True)
         t_pods, t_running, rss = throughput(kube, args.jobs, args.workers, psutil.Process(op.pid))
-        results["throughput"] = {"jobs": args.jobs, "workers": args.workers, "all_pods_s": t_pods, "all_running_s": t_running, "operator_peak_rss_mb": rss}
+        results["throughput"] = {
+            "jobs": args.jobs,
+            "workers": args.workers,
+            "all_pods_s": t_pods,
+            "all_running_s": t_running,
+            "operator_peak_rss_mb": rss,
+        }
     finally:
         rec.stop.set()
         op.terminate()

@@ -97,9 +97,7 @@ class JobController:
             return RESYNC_SECONDS
         return min(RESYNC_SECONDS, max(MIN_WAIT, decided.requeue_at - time.time()))
 
-    async def apply(
-        self, job: LLMTrainingJob, decided: Plan, body: kopf.Body, logger: kopf.Logger
-    ) -> None:
+    async def apply(self, job: LLMTrainingJob, decided: Plan, body: kopf.Body, logger: kopf.Logger) -> None:
         """Deletions, then creations (concurrently), then one status write and the events."""
         now = time.time()
         for signal, since in decided.lost:

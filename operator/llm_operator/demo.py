@@ -83,7 +83,9 @@ def _status(kube: Kubectl) -> dict[str, Any]:
 
 
 def _workers(kube: Kubectl) -> list[dict[str, Any]]:
-    return kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=NAMESPACE)
+    return kube.items(
+        "pods", "--selector", f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=NAMESPACE
+    )
 
 
 def _running_at(kube: Kubectl, size: int) -> bool:
@@ -119,7 +121,10 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         return _story(cluster, kube, args)
     except Exception as exc:
-        print(f"demo failed: {exc}\n--- operator log (tail) ---\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+        print(
+            f"demo failed: {exc}\n--- operator log (tail) ---\n{log.read_text(errors='replace')[-3000:]}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         operator.terminate()
@@ -128,7 +133,9 @@ def run_demo(args: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             operator.kill()
         if args.keep:
-            print(f">> kept: export KUBECONFIG={cluster.kubeconfig}; `llmjob cluster down --name {CLUSTER}` removes it")
+            print(
+                f">> kept: export KUBECONFIG={cluster.kubeconfig}; `llmjob cluster down --name {CLUSTER}` removes it"
+            )
         else:
             print(">> tearing down the demo cluster (use --keep to keep it)", flush=True)
             cluster.down()
@@ -159,7 +166,9 @@ def _story(cluster: LocalCluster, kube: Kubectl, args: argparse.Namespace) -> in
         ) or old_uid not in {p["metadata"]["uid"] for p in _workers(kube)}
 
     poll(replaced, timeout=STEP_TIMEOUT, what="the lost worker to be force-deleted and replaced")
-    tl.mark("lost worker force-deleted, replacement created", f"{time.monotonic() - t_fail:.1f}s after NotReady")
+    tl.mark(
+        "lost worker force-deleted, replacement created", f"{time.monotonic() - t_fail:.1f}s after NotReady"
+    )
     poll(lambda: _running_at(kube, 3), timeout=STEP_TIMEOUT, what="job Running at 3 (no spare node)")
     tl.mark(
         "replacement unschedulable: shrunk, Running at 3/4",
@@ -173,10 +182,21 @@ def _story(cluster: LocalCluster, kube: Kubectl, args: argparse.Namespace) -> in
     status = _status(kube)
     print("\n>> 6/6 timeline\n")
     print(tl.table())
-    print(f"\nrestarts (membership changes): {status.get('restarts')}; total {time.monotonic() - t_running:.1f}s")
+    print(
+        f"\nrestarts (membership changes): {status.get('restarts')}; total {time.monotonic() - t_running:.1f}s"
+    )
     print("\n$ kubectl get llmjob -o wide")
     print(kube.run("get", "llmjob", JOB, "-n", NAMESPACE, "-o", "wide").stdout)
-    events = kube.run("get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={JOB}",
-                      "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message")
+    events = kube.run(
+        "get",
+        "events",
+        "-n",
+        NAMESPACE,
+        "--field-selector",
+        f"involvedObject.name={JOB}",
+        "--sort-by=.lastTimestamp",
+        "-o",
+        "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
+    )
     print("$ kubectl get events (the job's)\n" + events.stdout)
     return 0

@@ -35,8 +35,21 @@ class OperatorProcess:
     def start(self) -> None:
         self.starts += 1
         log = (self.log_dir / f"operator-{self.starts}.log").open("wb")
-        argv = [sys.executable, "-m", "llm_operator.cli", "operator", "--standalone", "--namespace", self.namespace,
-                "--metrics-port", "0", "--liveness-port", "0", "--log-level", "debug"]
+        argv = [
+            sys.executable,
+            "-m",
+            "llm_operator.cli",
+            "operator",
+            "--standalone",
+            "--namespace",
+            self.namespace,
+            "--metrics-port",
+            "0",
+            "--liveness-port",
+            "0",
+            "--log-level",
+            "debug",
+        ]
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
 
     def kill(self) -> None:
@@ -54,7 +67,9 @@ class OperatorProcess:
                 self.kill()
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.log_dir.glob("operator-*.log")))
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.log_dir.glob("operator-*.log"))
+        )
 
 
 @pytest.fixture

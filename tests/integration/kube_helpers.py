@@ -41,7 +41,9 @@ def live_workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]
 
 
 def running_workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
-    return [p for p in live_workers(cluster, namespace, name) if p.get("status", {}).get("phase") == "Running"]
+    return [
+        p for p in live_workers(cluster, namespace, name) if p.get("status", {}).get("phase") == "Running"
+    ]
 
 
 def job_manifest(name: str, namespace: str, **spec: Any) -> dict[str, Any]:

@@ -35,7 +35,9 @@ SCHEMA_FIELD = {
 
 
 @pytest.mark.parametrize(("case", "doc", "expected"), INVALID, ids=[c[0] for c in INVALID])
-def test_apiserver_rejects_invalid(cluster: Any, namespace: str, case: str, doc: dict[str, Any], expected: str) -> None:
+def test_apiserver_rejects_invalid(
+    cluster: Any, namespace: str, case: str, doc: dict[str, Any], expected: str
+) -> None:
     doc = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
     doc["metadata"].pop("uid", None)
     doc["metadata"].pop("generation", None)

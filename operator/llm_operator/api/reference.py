@@ -40,7 +40,9 @@ def _rows(node: dict[str, Any], path: str, required: set[str]) -> list[str]:
         rows.append(f"| `{here}` | {_type(prop)} | {need} | {shown} | {desc} |")
         inner = prop.get("items", prop) if prop.get("type") == "array" else prop
         if inner.get("properties"):
-            rows += _rows(inner, here + ("[]" if prop.get("type") == "array" else ""), set(inner.get("required", [])))
+            rows += _rows(
+                inner, here + ("[]" if prop.get("type") == "array" else ""), set(inner.get("required", []))
+            )
     return rows
 
 
