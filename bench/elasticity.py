@@ -30,7 +30,6 @@ from typing import Any
 import psutil
 import yaml
 from kubernetes_asyncio import client, config, watch
-
 from llm_operator import labels
 from llm_operator.localcluster import chaos, nodes, tools
 from llm_operator.localcluster.cluster import LocalCluster
@@ -153,7 +152,7 @@ def reaction_trials(kube: Kubectl, rec: Recorder, kind: str, count: int) -> list
         if kind == "notready":
             chaos.node_not_ready(node, kube=kube, wait=False)
 
-            def signal(k: str, o: dict[str, Any]) -> bool:
+            def signal(k: str, o: dict[str, Any], node: str = node) -> bool:
                 return (
                     k.startswith("node")
                     and o["metadata"]["name"] == node
@@ -165,7 +164,7 @@ def reaction_trials(kube: Kubectl, rec: Recorder, kind: str, count: int) -> list
         else:
             chaos.taint_for_termination(node, "karpenter", kube=kube)
 
-            def signal(k: str, o: dict[str, Any]) -> bool:
+            def signal(k: str, o: dict[str, Any], node: str = node) -> bool:
                 return (
                     k.startswith("node")
                     and o["metadata"]["name"] == node
@@ -176,14 +175,17 @@ def reaction_trials(kube: Kubectl, rec: Recorder, kind: str, count: int) -> list
 
         t_signal = rec.first(before, signal)
         known = {p["metadata"]["uid"] for p in pods}
-        t_new = rec.first(
-            t_signal,
-            lambda k, o: (
+
+        def is_replacement(k: str, o: dict[str, Any], known: set[str] = known) -> bool:
+            meta = o["metadata"]
+            return (
                 k == "pod:ADDED"
-                and o["metadata"]["labels"].get(labels.JOB_NAME) == "react"
-                and o["metadata"]["uid"] not in known
-            ),
-        )
+                and meta["labels"].get(labels.JOB_NAME) == "react"
+                and meta["uid"] not in known
+            )
+
+        t_new = rec.first(t_signal, is_replacement)
+
         out.append(t_new - t_signal)
         print(
             f"  {kind} #{i + 1}: {node} ({uid[:8]}) replaced in {1000 * (t_new - t_signal):.0f} ms",
@@ -262,7 +264,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     print(
-        f"machine: {platform.platform()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+        f"machine: {platform.platform()}, {os.cpu_count()} cores,"
+        f" {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
     )
     print(f"versions: kubernetes {tools.KUBE_VERSION}, etcd {tools.ETCD_VERSION}, kwok {tools.KWOK_VERSION}")
     cluster = LocalCluster("llmjob-bench")

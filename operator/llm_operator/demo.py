@@ -134,7 +134,8 @@ def run_demo(args: argparse.Namespace) -> int:
             operator.kill()
         if args.keep:
             print(
-                f">> kept: export KUBECONFIG={cluster.kubeconfig}; `llmjob cluster down --name {CLUSTER}` removes it"
+                f">> kept: export KUBECONFIG={cluster.kubeconfig}"
+                f"; `llmjob cluster down --name {CLUSTER}` removes it"
             )
         else:
             print(">> tearing down the demo cluster (use --keep to keep it)", flush=True)
@@ -183,7 +184,8 @@ def _story(cluster: LocalCluster, kube: Kubectl, args: argparse.Namespace) -> in
     print("\n>> 6/6 timeline\n")
     print(tl.table())
     print(
-        f"\nrestarts (membership changes): {status.get('restarts')}; total {time.monotonic() - t_running:.1f}s"
+        f"\nrestarts (membership changes): {status.get('restarts')};"
+        f" total {time.monotonic() - t_running:.1f}s"
     )
     print("\n$ kubectl get llmjob -o wide")
     print(kube.run("get", "llmjob", JOB, "-n", NAMESPACE, "-o", "wide").stdout)

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import yaml
-
 from llm_operator import labels
 
 

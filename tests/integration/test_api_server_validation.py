@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from llm_operator.api.validate import validate
+
 from tests.unit.test_validation import INVALID
 
 from .kube_helpers import apply

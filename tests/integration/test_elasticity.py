@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from llm_operator.localcluster import chaos
+
 from tests.support.wait import wait_for
 
 from .conftest import OperatorProcess
@@ -46,6 +46,11 @@ def start(cluster: Any, namespace: str, size: int, **spec: Any) -> list[dict[str
         f"job Running at {size}",
     )
     return running_workers(cluster, namespace, "llama")
+
+
+def running_at(cluster: Any, namespace: str, size: int) -> bool:
+    s = status(cluster, namespace, "llama")
+    return s.get("phase") == "Running" and s.get("readyReplicas") == size
 
 
 def pod_named(pods: list[dict[str, Any]], suffix: str) -> dict[str, Any]:
@@ -111,8 +116,12 @@ def test_retryable_exit_replaced_nonretryable_fails(cluster: Any, namespace: str
     pods = start(cluster, namespace, 4, failurePolicy={"nonRetryableExitCodes": [42]})
     first = pod_named(pods, "-worker-1")
     chaos.fail_pod(namespace, first["metadata"]["name"], 1, kube=cluster.kube, wait=False)
-    wait_for(lambda: first["metadata"]["uid"] not in {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
-             and len(running_workers(cluster, namespace, "llama")) == 4, TIMEOUT, "retryable failure replaced")  # fmt: skip
+
+    def failed_one_replaced() -> bool:
+        uids = {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
+        return first["metadata"]["uid"] not in uids and len(running_workers(cluster, namespace, "llama")) == 4
+
+    wait_for(failed_one_replaced, TIMEOUT, "retryable failure replaced")
     assert status(cluster, namespace, "llama")["restarts"] == 1
     second = pod_named(running_workers(cluster, namespace, "llama"), "-worker-2")
     chaos.fail_pod(namespace, second["metadata"]["name"], 42, kube=cluster.kube, wait=False)
@@ -243,8 +252,7 @@ def test_operator_killed_mid_resize_converges(
         wait_for(lambda: len(workers(cluster, namespace, "llama")) > 2, TIMEOUT, "resize started")
         op.kill()
         op.start()
-        wait_for(lambda: (s := status(cluster, namespace, "llama")).get("readyReplicas") == 6 and s.get("phase") == "Running",
-                 TIMEOUT, "converged at 6 after the restart")  # fmt: skip
+        wait_for(lambda: running_at(cluster, namespace, 6), TIMEOUT, "converged at 6 after the restart")
     finally:
         stop.set()
         thread.join(timeout=30)

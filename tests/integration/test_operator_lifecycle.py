@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from llm_operator import labels
+
 from tests.support.wait import wait_for
 
 from .kube_helpers import apply, get_json, job_manifest, live_workers, running_workers, status, workers

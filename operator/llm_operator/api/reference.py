@@ -56,7 +56,8 @@ def reference() -> str:
         "# LLMTrainingJob API reference (elasticllm.dev/v1alpha1)",
         "",
         "Generated from `llm_operator.api.models` by `make crds`; do not edit by hand.",
-        "Short names: `llmjob`, `llmjobs`. Subresources: `status`, `scale` (`kubectl scale llmjob/NAME --replicas=N`).",
+        "Short names: `llmjob`, `llmjobs`. Subresources: `status`, `scale`"
+        " (`kubectl scale llmjob/NAME --replicas=N`).",
         "",
         "## spec",
         "",
