@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -17,7 +18,8 @@ async def connect() -> client.ApiClient:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        await config.load_kube_config()
+        # The library reads $KUBECONFIG once, at import; read it now (tests and the demo set it later).
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
     return client.ApiClient()
 
 

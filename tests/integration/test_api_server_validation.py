@@ -18,6 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Messages the apiserver phrases itself (schema errors): check it rejects and names the field.
 SCHEMA_FIELD = {
+    # rules whose CRD message is static (no numbers: see llm_operator.api.rules.DETAILS)
+    "min above max": "spec.minReplicas must be <= spec.maxReplicas",
+    "replicas above max": "spec.replicas must be within [spec.minReplicas, spec.maxReplicas]",
+    "replicas below min": "spec.replicas must be within [spec.minReplicas, spec.maxReplicas]",
+    "nproc above gpus": "spec.nprocPerNode must be <= spec.gpusPerNode",
     "min zero": "spec.minReplicas",
     "max missing": "spec.maxReplicas",
     "image missing": "spec.image",

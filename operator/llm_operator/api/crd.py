@@ -116,7 +116,8 @@ def openapi_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "elasticllm.dev/v1alpha1"},
             "kind": {"type": "string", "description": "LLMTrainingJob"},
-            "metadata": {"type": "object"},
+            # Bounding the name keeps the CEL cost estimate of the name rules within budget.
+            "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 253}}},
             "spec": spec,
             "status": status,
         },

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from llm_operator.api import crd
 from llm_operator.api.models import API_VERSION, KIND, LLMTrainingJob
-from llm_operator.api.rules import QUANTITY_PATTERN
+from llm_operator.api.rules import DETAILS, QUANTITY_PATTERN
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,9 @@ def _rules_at(schema: dict[str, Any], value: Any, path: str) -> Iterator[str]:
             yield f"{path or '<root>'}: rule {rule['rule']!r} could not be evaluated: {exc}"
             continue
         if not ok:
-            if "messageExpression" in rule:
-                yield str(_evaluate(rule["messageExpression"], value))
+            expression = DETAILS.get(rule["rule"]) or rule.get("messageExpression")
+            if expression:
+                yield str(_evaluate(expression, value))
             else:
                 yield f"{path}{rule.get('fieldPath', '')}: {rule.get('message', 'failed ' + rule['rule'])}"
 
