@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import time
 from collections.abc import Iterable, Mapping
@@ -114,8 +115,8 @@ class JobController:
         created = await asyncio.gather(*(self.kube.create(p) for p in pods))
         for pod, made in zip(pods, created, strict=True):
             view = pod_view(pod)
-            if view is not None:
-                self.expect.expect_created(view)
+            if view is not None:  # not in the watch yet: created just now
+                self.expect.expect_created(dataclasses.replace(view, created=now))
             if made:
                 metrics.PODS_CREATED.inc()
         if decided.resize is not None:

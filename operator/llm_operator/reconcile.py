@@ -174,7 +174,7 @@ def plan(
         if len(active) > target:
             for pod in _choose_surplus(active, len(active) - target):
                 out.delete.append(Deletion(pod, False, "ScaledDown"))
-        elif len(active) < target:
+        elif len(active) < target and not succeeded:  # a worker exited 0: the run is finishing
             # Every pod object still holds its index (names are unique): never more than maxReplicas.
             free = _free_indices((p for p, _ in verdicts), spec.maxReplicas)
             out.create = free[: target - len(active)]

@@ -48,6 +48,16 @@ def start(cluster: Any, namespace: str, size: int, **spec: Any) -> list[dict[str
     return running_workers(cluster, namespace, "llama")
 
 
+def not_ready(cluster: Any, node: str) -> None:
+    """Mark the node NotReady and wait only until it reports so (not for the controller-manager)."""
+    chaos.node_not_ready(node, kube=cluster.kube, wait=False)
+    wait_for(
+        lambda: chaos.condition(cluster.kube.get("node", node) or {}, "Ready") == "False",
+        TIMEOUT,
+        f"{node} NotReady",
+    )
+
+
 def running_at(cluster: Any, namespace: str, size: int) -> bool:
     s = status(cluster, namespace, "llama")
     return s.get("phase") == "Running" and s.get("readyReplicas") == size
@@ -83,10 +93,12 @@ def test_node_not_ready_worker_replaced(cluster: Any, namespace: str, operator: 
 
 
 def test_grace_period_delays_replacement(cluster: Any, namespace: str, operator: Any) -> None:
-    pods = start(cluster, namespace, 3, replicas=3, failurePolicy={"nodeFailureGraceSeconds": 4})
+    pods = start(cluster, namespace, 3, replicas=3, failurePolicy={"nodeFailureGraceSeconds": 8})
     victim = pod_named(pods, "-worker-1")
-    chaos.node_not_ready(victim["spec"]["nodeName"], kube=cluster.kube)
-    assert victim["metadata"]["uid"] in {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
+    not_ready(cluster, victim["spec"]["nodeName"])
+    assert victim["metadata"]["uid"] in {
+        p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")
+    }, "replaced before the grace period ran out"
     wait_for(replaced(cluster, namespace, victim), TIMEOUT, "replaced once the grace period ran out")
     assert status(cluster, namespace, "llama")["restarts"] == 1
 
@@ -207,7 +219,7 @@ def test_stuck_terminating_on_unreachable_node_force_deleted(
 ) -> None:
     pods = start(cluster, namespace, 3, replicas=3, failurePolicy={"nodeFailureGraceSeconds": 300})
     victim = pod_named(pods, "-worker-0")
-    chaos.node_not_ready(victim["spec"]["nodeName"], kube=cluster.kube)
+    not_ready(cluster, victim["spec"]["nodeName"])
     cluster.kubectl("delete", "pod", victim["metadata"]["name"], "-n", namespace, "--wait=false")
     wait_for(replaced(cluster, namespace, victim), TIMEOUT, "Terminating pod force-deleted and replaced")
 

@@ -178,3 +178,22 @@ def test_expectations_mark_deleted_and_expire() -> None:
     seen = ex.apply([pod(1)], now=1.0)
     assert seen[0].deleting
     assert not ex.apply([pod(1)], now=100.0)[0].deleting
+
+
+def test_fresh_pending_replacement_is_not_stuck() -> None:
+    pods = [pod(0), pod(1), pod(2), pod(3, node="", phase="Pending", ready=False, created=NOW)]
+    p = plan(job(status=running_status()), pods, NODES, pods, NOW + 1)
+    assert p.status["targetReplicas"] == 4 and p.resize is None and p.delete == []
+
+
+def test_no_replacement_once_a_worker_succeeded() -> None:
+    pods = [pod(0, phase="Succeeded", exit_code=0, ready=False), pod(1)]
+    p = plan(
+        job(replicas=2, status=running_status(targetReplicas=2, desiredReplicas=2)), pods, NODES, pods, NOW
+    )
+    assert p.create == [] and p.status["phase"] != "Succeeded"
+    done = [
+        pod(0, phase="Succeeded", exit_code=0, ready=False),
+        pod(1, phase="Succeeded", exit_code=0, ready=False),
+    ]
+    assert plan(job(replicas=2, status=p.status), done, NODES, done, NOW).status["phase"] == "Succeeded"
