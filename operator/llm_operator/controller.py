@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
