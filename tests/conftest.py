@@ -101,11 +101,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Attach the tails of the control plane's logs to the report of a failed cluster test."""
     outcome = yield
     report = outcome.get_result()
-    if report.passed or report.skipped or _session_cluster is None:
+    if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
-    if "cluster" not in getattr(item, "fixturenames", ()):
+    if _session_cluster is not None:
+        logs = _session_cluster.log_files()
+    elif _session_logs is not None:  # the cluster failed to start and is gone: use the kept copies
+        logs = sorted(_session_logs.glob("*.log"))
+    else:
         return
-    for log in _session_cluster.log_files():
+    for log in logs:
         report.sections.append((f"{log.stem} (last {LOG_TAIL_LINES} lines)", _tail(log, LOG_TAIL_LINES)))
 
 

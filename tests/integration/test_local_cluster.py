@@ -119,21 +119,39 @@ def test_node_not_ready_and_back(cluster: LocalCluster, namespace: str) -> None:
 
     chaos.node_not_ready(node, kube=cluster.kube)
     obj = cluster.kube.get("node", node)
-    assert obj is not None and condition(obj, "Ready") == "False"
+    assert obj is not None and condition(obj, "Ready") == "Unknown"
+    assert chaos.UNREACHABLE_TAINT in _taints(obj)
+    assert cluster.kubectl("get", "node", node, "--no-headers").stdout.split()[1] == "NotReady"
     pod = get_pod(cluster, namespace, "victim")
     assert pod is not None and condition(pod, "Ready") == "False"
     assert pod["status"]["phase"] == "Running"
-    wait_for(
-        lambda: chaos.NOT_READY_TAINT in _taints(cluster.kube.get("node", node) or {}),
-        30,
-        f"kube-controller-manager to taint {node} {chaos.NOT_READY_TAINT}",
-    )
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
+    assert "NodeNotReady" in events.split()
 
     chaos.node_ready(node, kube=cluster.kube)
     obj = cluster.kube.get("node", node)
     assert obj is not None and condition(obj, "Ready") == "True"
-    assert chaos.NOT_READY_TAINT not in _taints(obj)
+    assert not set(_taints(obj)) & set(chaos.LOST_NODE_TAINTS)
     assert pod_running_ready(cluster, namespace, "victim") is not None
+
+
+def test_no_new_pod_lands_on_a_not_ready_node(cluster: LocalCluster, namespace: str) -> None:
+    node = chaos.add_node(kube=cluster.kube)
+    chaos.node_not_ready(node, kube=cluster.kube)
+    create(cluster, namespace, pod_manifest("pinned", gpus=8, node=node))
+
+    def unschedulable() -> bool:
+        pod = get_pod(cluster, namespace, "pinned") or {}
+        return any(
+            c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+
+    wait_for(unschedulable, 30, "a pod pinned to the NotReady node to be Unschedulable")
+    chaos.node_ready(node, kube=cluster.kube)
+    wait_for(
+        lambda: pod_running_ready(cluster, namespace, "pinned"), 30, "the pod to run once the node is back"
+    )
 
 
 def test_pod_on_not_ready_node_stays_terminating_until_force_deleted(

@@ -72,13 +72,12 @@ def _pod(phase: str, *, deleting: bool = False, ready: str | None = None, exit_c
     return {"metadata": meta, "status": {"phase": phase, "conditions": conds}}
 
 
-def _node(*, chaos: bool = False, ready: str | None = None, running: bool = True) -> dict[str, Any]:
-    labels = {marks.NODE_NOT_READY_LABEL: "true"} if chaos else {}
+def _node(*, ready: str | None = None, running: bool = True) -> dict[str, Any]:
     conds = [] if ready is None else [{"type": "Ready", "status": ready}]
     status: dict[str, Any] = {"conditions": conds}
     if running:
         status["phase"] = "Running"
-    return {"metadata": {"name": "n", "labels": labels}, "status": status}
+    return {"metadata": {"name": "n", "labels": {}}, "status": status}
 
 
 def test_stages_are_well_formed_and_uniquely_named() -> None:
@@ -94,9 +93,7 @@ def test_stages_are_well_formed_and_uniquely_named() -> None:
 
 
 def test_stage_file_uses_the_keys_of_marks_py() -> None:
-    text = kwokconfig.stages_text()
-    assert f'labels["{marks.NODE_NOT_READY_LABEL}"]' in text
-    assert f'annotations["{marks.POD_EXIT_CODE_ANNOTATION}"]' in text
+    assert f'annotations["{marks.POD_EXIT_CODE_ANNOTATION}"]' in kwokconfig.stages_text()
 
 
 @pytest.mark.parametrize(
@@ -124,12 +121,16 @@ def test_at_most_one_pod_stage_matches(
         (_pod("Pending"), ["llmjob-pod-start"]),
         (_pod("Running", ready="True"), []),  # steady state: nothing to do
         (_pod("Running", ready="True", exit_code="3"), ["llmjob-pod-exit"]),
+        (_pod("Running", ready="False", exit_code="0"), ["llmjob-pod-exit"]),
         (_pod("Running", ready="True", job=True), ["llmjob-pod-job-complete"]),
         (_pod("Running", ready="True", exit_code="0", job=True), ["llmjob-pod-exit"]),
+        (_pod("Running", ready="False"), ["llmjob-pod-ready-again"]),  # its node came back
+        (_pod("Running", ready="False", job=True), ["llmjob-pod-ready-again"]),
         (_pod("Running", ready="True", deleting=True), ["llmjob-pod-delete"]),
-        (_pod("Pending", deleting=True), ["llmjob-pod-delete-pending"]),
-        (_pod("Running", ready="False", deleting=True), []),  # node NotReady: stays Terminating
+        (_pod("Running", ready="False", deleting=True), ["llmjob-pod-delete"]),  # deletion waited
+        (_pod("Pending", deleting=True), ["llmjob-pod-delete"]),
         (_pod("Failed", ready="False", exit_code="3"), []),
+        (_pod("Succeeded", ready="False", job=True), []),
     ],
 )
 def test_pod_lifecycle_lands_in_the_intended_stage(pod: dict[str, Any], expected: list[str]) -> None:
@@ -141,20 +142,29 @@ def test_pod_lifecycle_lands_in_the_intended_stage(pod: dict[str, Any], expected
     [
         (_node(ready=None, running=False), ["llmjob-node-ready"]),  # just created
         (_node(ready="True"), ["llmjob-node-heartbeat"]),
-        (_node(chaos=True, ready="True"), ["llmjob-node-not-ready"]),
-        (_node(chaos=True, ready=None, running=False), ["llmjob-node-not-ready"]),
-        (_node(chaos=True, ready="False"), []),  # stays NotReady
-        (_node(ready="False"), ["llmjob-node-ready"]),  # mark removed: recovers
+        (_node(ready="Unknown"), ["llmjob-node-ready"]),  # dead-node mark removed: recovers
+        (_node(ready="False"), ["llmjob-node-ready"]),
     ],
 )
 def test_node_lifecycle_lands_in_the_intended_stage(node: dict[str, Any], expected: list[str]) -> None:
     assert _matching("Node", node) == expected
 
 
+def test_dead_nodes_are_left_alone_by_kwok() -> None:
+    """The not-ready mark works through kwok's node selector, not through a Stage (pods must freeze)."""
+    config = kwokconfig.kwokctl_configuration(kwokconfig.KwokctlSettings())
+    kwok_args = next(p for p in config["componentsPatches"] if p["name"] == "kwok-controller")["extraArgs"]
+    args = {a["key"]: a["value"] for a in kwok_args}
+    assert args["manage-all-nodes"] == "false"
+    assert args["manage-nodes-with-label-selector"] == f"!{marks.NODE_NOT_READY_LABEL}"
+    assert marks.NODE_NOT_READY_LABEL not in kwokconfig.stages_text().split("apiVersion", 1)[1]
+
+
 def test_kwokctl_config_is_lean_and_pinned() -> None:
     docs = list(yaml.safe_load_all(kwokconfig.render(kwokconfig.KwokctlSettings(apiserver_port=6443))))
     kinds = [d["kind"] for d in docs]
-    assert kinds[:2] == ["KwokctlConfiguration", "KwokConfiguration"]
+    assert kinds[0] == "KwokctlConfiguration"
+    assert "KwokConfiguration" not in kinds, "a partial KwokConfiguration zeroes kwok's other defaults"
     assert kinds.count("Stage") == len(STAGES)
     options = docs[0]["options"]
     assert options["runtime"] == "binary"

@@ -19,6 +19,7 @@ def test_gpu_node_is_p5_shaped() -> None:
         assert resources[marks.EFA_RESOURCE] == "32"
         assert (resources["cpu"], resources["memory"], resources["pods"]) == ("192", "2Ti", "110")
     assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    assert node["spec"]["podCIDR"] == nodes.pod_cidr("gpu-node-0")
     assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
 
 
@@ -27,6 +28,7 @@ def test_cpu_node_has_no_gpu_and_no_taint() -> None:
     assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m5.2xlarge"
     assert marks.GPU_RESOURCE not in node["status"]["allocatable"]
     assert "taints" not in node["spec"]
+    assert node["spec"]["podCIDRs"] == [node["spec"]["podCIDR"]]
 
 
 def test_cluster_nodes_counts_names_and_zones() -> None:
@@ -39,9 +41,13 @@ def test_cluster_nodes_counts_names_and_zones() -> None:
     assert cpu_zones == list(nodes.CPU_ZONES)
 
 
-def test_node_ips_are_stable_and_distinct() -> None:
-    ips = [nodes.node_ip(nodes.node_name("gpu", i)) for i in range(64)]
+def test_node_ips_and_pod_ranges_are_stable_and_distinct() -> None:
+    names = [nodes.node_name(kind, i) for kind in ("gpu", "cpu") for i in range(32)]
+    ips = [nodes.node_ip(n) for n in names]
+    cidrs = [nodes.pod_cidr(n) for n in names]
     assert len(set(ips)) == len(ips)
+    assert len(set(cidrs)) == len(cidrs)
+    assert not {c.rsplit(".", 1)[0] for c in cidrs} & {ip.rsplit(".", 1)[0] for ip in ips}
     assert nodes.node_ip("gpu-node-0") == nodes.node_ip("gpu-node-0")
     assert all(ip.startswith("10.") for ip in ips)
 

@@ -3,9 +3,9 @@
 Every function talks to the cluster of ``kube`` (default: our kubectl against ``$KUBECONFIG``) and, with
 ``wait=True``, returns only once the cluster shows the resulting state, so callers never sleep.
 
-- :func:`node_not_ready` / :func:`node_ready`: the fake kubelet stops / resumes reporting Ready (kwok Stage
-  keyed on a node label). kube-controller-manager then taints the node and marks its pods not ready, so a
-  deleted pod there stays Terminating until it is force-deleted, as with a dead kubelet.
+- :func:`node_not_ready` / :func:`node_ready`: the node's kubelet dies / comes back. kwok stops / resumes
+  acting for the node (it manages only nodes without the mark), the node reports NotReady and its pods
+  not ready, and a pod deleted there stays Terminating until it is force-deleted, as on a dead node.
 - :func:`delete_node` / :func:`add_node`: capacity leaves / comes back.
 - :func:`taint_for_termination`: the taint Karpenter, the AWS Node Termination Handler (spot
   interruption) or a cordon puts on a node that is about to go; :func:`clear_termination` undoes it.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from llm_operator.localcluster import marks, nodes
@@ -25,7 +26,10 @@ from llm_operator.localcluster.waiting import poll
 
 TerminationKind = Literal["karpenter", "spot", "cordon"]
 TERMINATION_KINDS: tuple[str, ...] = get_args(TerminationKind)
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"  # kube-controller-manager: Ready=False
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"  # kube-controller-manager: Ready=Unknown
+LOST_NODE_TAINTS = (NOT_READY_TAINT, UNREACHABLE_TAINT)
+LOST_MESSAGE = "Kubelet stopped posting node status."
 SPOT_EVENT_ID = "spot-itn-llmjob-local"  # NTH puts the interruption event's id in the taint value
 DEFAULT_TIMEOUT_S = 30.0
 CONFLICT_RETRIES = 10
@@ -67,79 +71,110 @@ def _taint_keys(node: dict[str, Any]) -> set[str]:
 
 
 def is_ready(node: dict[str, Any]) -> bool:
-    """Ready=True and no longer tainted not-ready by kube-controller-manager: pods can land there."""
-    return condition(node, "Ready") == "True" and NOT_READY_TAINT not in _taint_keys(node)
+    """Ready=True and free of the not-ready/unreachable taints: pods can land there."""
+    return condition(node, "Ready") == "True" and not _taint_keys(node) & set(LOST_NODE_TAINTS)
 
 
 def pods_on_node(kube: Kubectl, node: str) -> list[dict[str, Any]]:
     return kube.items("pods", "--all-namespaces", f"--field-selector=spec.nodeName={node}")
 
 
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 # ----------------------------------------------------------------------------------------- node health
 def node_not_ready(
     node: str, *, kube: Kubectl | None = None, wait: bool = True, timeout: float = DEFAULT_TIMEOUT_S
 ) -> None:
-    """Make ``node`` report Ready=False; with ``wait``, until its running pods are marked not ready too."""
+    """The node's kubelet dies: kwok stops acting for it (no status, no Lease; its pods are frozen).
+
+    What kube-controller-manager would do once its grace period ran out happens at once: the node's
+    conditions turn Unknown (``NodeStatusUnknown``, as a lost node shows on EKS) and its pods are marked
+    not ready, with a ``NodeNotReady`` event each. A pod deleted there stays Terminating until it is
+    force-deleted. With ``wait``, returns once kube-controller-manager has tainted the node unreachable.
+    """
     k = _kube(kube)
     _node(k, node)
+    # The label goes first: kwok drops the node from its watch before the status below is written, so
+    # its node-ready Stage can never "repair" it.
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}=true", "--overwrite")
-    if not wait:
-        return
-    poll(
-        lambda: condition(_node(k, node), "Ready") == "False",
-        timeout=timeout,
-        what=f"node {node} to report Ready=False",
-    )
+    now = _now()
+    lost = [
+        {"type": kind, "status": "Unknown", "reason": "NodeStatusUnknown", "message": LOST_MESSAGE,
+         "lastTransitionTime": now}
+        for kind in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
+    ]  # fmt: skip
+    k.patch("node", node, {"status": {"conditions": lost}}, patch_type="strategic", subresource="status")
+    for pod in pods_on_node(k, node):
+        if condition(pod, "Ready") == "True":
+            _mark_pod_not_ready(k, pod, node, now)
+    if wait:
+        poll(
+            lambda: UNREACHABLE_TAINT in _taint_keys(_node(k, node)),
+            timeout=timeout,
+            what=f"kube-controller-manager to taint node {node} {UNREACHABLE_TAINT}",
+        )
 
-    def pods_marked() -> bool | list[str]:
-        still_ready = [
-            f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-            for p in pods_on_node(k, node)
-            if p["status"].get("phase") == "Running" and condition(p, "Ready") == "True"
-        ]
-        return not still_ready or False
 
-    poll(pods_marked, timeout=timeout, what=f"kube-controller-manager to mark the pods on {node} not ready")
+def _mark_pod_not_ready(kube: Kubectl, pod: dict[str, Any], node: str, now: str) -> None:
+    meta = pod["metadata"]
+    try:
+        kube.patch(
+            "pod",
+            meta["name"],
+            {"status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}]}},
+            namespace=meta["namespace"],
+            patch_type="strategic",
+            subresource="status",
+        )
+    except KubectlError as exc:
+        if exc.not_found:  # deleted meanwhile: nothing left to mark
+            return
+        raise
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                           "namespace": meta["namespace"], "uid": meta["uid"]},
+        "reason": "NodeNotReady",
+        "message": "Node is not ready",
+        "type": "Warning",
+        "source": {"component": "node-controller", "host": node},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }  # fmt: skip
+    kube.run("create", "-f", "-", input=json.dumps(event))
 
 
 def node_ready(
     node: str, *, kube: Kubectl | None = None, wait: bool = True, timeout: float = DEFAULT_TIMEOUT_S
 ) -> None:
-    """Undo :func:`node_not_ready`: Ready=True again, not-ready taints gone, running pods ready again.
+    """Undo :func:`node_not_ready`: the kubelet is back and kwok manages the node again.
 
-    A real kubelet that comes back reports its still-running containers ready; kwok does not re-run a
-    Stage for them, so this function does it (and pods that were Terminating then finish deleting).
+    kwok's Stages report the node Ready, its running pods ready again, and finish the deletions that
+    waited; kube-controller-manager lifts the taints. With ``wait``, returns once all that is visible.
     """
     k = _kube(kube)
     _node(k, node)
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}-")
     if not wait:
         return
+    poll(lambda: is_ready(_node(k, node)), timeout=timeout, what=f"node {node} to be Ready and untainted")
 
-    poll(
-        lambda: is_ready(_node(k, node)),
-        timeout=timeout,
-        what=f"node {node} to be Ready without {NOT_READY_TAINT} taints",
-    )
-    for pod in pods_on_node(k, node):
-        if pod["status"].get("phase") == "Running" and condition(pod, "Ready") != "True":
-            _mark_pod_ready(k, pod)
+    def pods_settled() -> bool:
+        for pod in pods_on_node(k, node):
+            meta, phase = pod["metadata"], pod["status"].get("phase")
+            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                return False  # kwok finishes the deletion
+            exiting = marks.POD_EXIT_CODE_ANNOTATION in meta.get("annotations", {})
+            if phase == "Running" and condition(pod, "Ready") != "True" and not exiting:
+                return False  # kwok reports it ready again
+        return True
 
-
-def _mark_pod_ready(kube: Kubectl, pod: dict[str, Any]) -> None:
-    conditions = [{"type": t, "status": "True"} for t in ("ContainersReady", "Ready")]
-    try:
-        kube.patch(
-            "pod",
-            pod["metadata"]["name"],
-            {"status": {"conditions": conditions}},
-            namespace=pod["metadata"]["namespace"],
-            patch_type="strategic",
-            subresource="status",
-        )
-    except KubectlError as exc:
-        if not exc.not_found:  # deleted meanwhile: nothing left to mark
-            raise
+    poll(pods_settled, timeout=timeout, what=f"the pods on node {node} to be ready again")
 
 
 # ---------------------------------------------------------------------------------------- capacity

@@ -9,6 +9,7 @@ Layout (all under the per-machine cache, see :mod:`paths`)::
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -208,7 +209,7 @@ class LocalCluster:
                 for line in proc.stdout:
                     log.write(line)
                     lines.append(line.rstrip())
-                    say(f"kwokctl: {line.rstrip()}")
+                    say(f"kwokctl: {_readable(line)}")
                 code = proc.wait()
             finally:
                 watchdog.cancel()
@@ -217,7 +218,7 @@ class LocalCluster:
         if code != 0:
             raise LocalClusterError(
                 f"kwokctl {' '.join(args[:2])} for cluster {self.name} failed (exit {code}): "
-                f"{_last_line(chr(10).join(lines))} (full output in {log_path})"
+                f"{_readable(_last_line(chr(10).join(lines)))} (full output in {log_path})"
             )
         return "\n".join(lines)
 
@@ -380,6 +381,24 @@ class LocalCluster:
             shutil.copyfile(log, target)
             copied.append(target)
         return copied
+
+
+def _readable(line: str) -> str:
+    """kwokctl logs JSON lines; keep what a person reads: level, message, elapsed time, error."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line.rstrip()
+    if not isinstance(record, dict) or "msg" not in record:
+        return line.rstrip()
+    text = str(record["msg"])
+    elapsed = record.get("elapsed")
+    if isinstance(elapsed, dict) and "human" in elapsed:
+        text += f" ({elapsed['human']})"
+    if "err" in record:
+        text += f": {record['err']}"
+    level = record.get("level", "INFO")
+    return text if level == "INFO" else f"{level}: {text}"
 
 
 def _last_line(text: str) -> str:

@@ -1,4 +1,8 @@
-"""The config file handed to ``kwokctl create cluster --config``: kwokctl options, kwok options, Stages."""
+"""The config file handed to ``kwokctl create cluster --config``: kwokctl options and our Stages.
+
+kwok's own options keep kwokctl's defaults (a partial KwokConfiguration would zero the rest); pod IPs
+come from each node's ``spec.podCIDR`` (see :mod:`nodes`), not from kwok's small default range.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from llm_operator.localcluster import tools
+from llm_operator.localcluster import marks, tools
 
 STAGES_RESOURCE = "kwok-stages.yaml"
 CONFIG_API = "config.kwok.x-k8s.io/v1alpha1"
@@ -56,7 +60,6 @@ class KwokctlSettings:
     node_monitor_period_ms: int = 1000  # how fast NotReady nodes are noticed (default 5s)
     node_monitor_grace_period_ms: int = 40000
     node_lease_duration_s: int = 40
-    pod_cidr: str = "10.0.0.0/16"
 
 
 def stages_text() -> str:
@@ -92,30 +95,19 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
         "options": options,
         "componentsPatches": [
             {"name": "kube-controller-manager", "extraArgs": [{"key": "controllers", "value": controllers}]},
+            {
+                # kwok acts as the kubelet of every node except those marked dead (see chaos.py).
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {"key": "manage-nodes-with-label-selector", "value": f"!{marks.NODE_NOT_READY_LABEL}"},
+                ],
+            },
         ],
-    }
-
-
-def kwok_configuration(settings: KwokctlSettings) -> dict[str, Any]:
-    return {
-        "apiVersion": CONFIG_API,
-        "kind": "KwokConfiguration",
-        # kwok applies no defaults to a KwokConfiguration it is given: set what it needs explicitly.
-        "options": {
-            "cidr": settings.pod_cidr,
-            "podPlayStageParallelism": 4,
-            "nodePlayStageParallelism": 4,
-            "nodeLeaseParallelism": 4,
-            "podsOnNodeSyncParallelism": 1,
-            "nodeLeaseDurationSeconds": settings.node_lease_duration_s,
-            "enablePodsOnNodeSyncListPager": True,
-        },
     }
 
 
 def render(settings: KwokctlSettings) -> str:
     """The whole multi-document config file."""
-    head = yaml.safe_dump_all(
-        [kwokctl_configuration(settings), kwok_configuration(settings)], sort_keys=False
-    )
+    head = yaml.safe_dump(kwokctl_configuration(settings), sort_keys=False)
     return f"{head}---\n{stages_text()}"

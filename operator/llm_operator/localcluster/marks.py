@@ -1,13 +1,15 @@
 """Label, annotation and taint keys that the fake nodes and the fault injection rely on.
 
-The kwok Stages in ``data/kwok-stages.yaml`` match on the same keys: change both together.
+The kwok Stages in ``data/kwok-stages.yaml`` and kwokctl's config (:mod:`kwokconfig`) match on the same
+keys: change them together.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-# Node label: "true" makes the node's fake kubelet report Ready=False (the node-not-ready Stage).
+# Node label: its kubelet is dead. kwok-controller manages only nodes without it (no status, no Lease,
+# pods frozen); chaos.node_not_ready also reports the node Ready=Unknown and its pods not ready at once.
 NODE_NOT_READY_LABEL: Final = "elasticllm.dev/fake-not-ready"
 # Pod annotation: the integer exit code the pod's main containers terminate with (0 -> Succeeded).
 POD_EXIT_CODE_ANNOTATION: Final = "elasticllm.dev/fake-exit-code"

@@ -8,6 +8,7 @@ untainted, where rendezvous servers and other small pods land.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -80,10 +81,27 @@ def default_zone(kind: NodeKind, index: int) -> str:
     return GPU_ZONE if kind == "gpu" else CPU_ZONES[index % len(CPU_ZONES)]
 
 
+_STANDARD_NAME = re.compile(r"^(gpu|cpu)-node-(\d+)$")
+
+
+def _slot(name: str) -> tuple[int, int]:
+    """(kind slot, index): 0/1 for ``gpu-node-<i>``/``cpu-node-<i>``, 2 and a hash for other names."""
+    m = _STANDARD_NAME.match(name)
+    if m and int(m.group(2)) < 2048:
+        return (0 if m.group(1) == "gpu" else 1), int(m.group(2))
+    return 2, int.from_bytes(hashlib.sha256(name.encode()).digest()[:2], "big") % 2048
+
+
 def node_ip(name: str) -> str:
-    """A stable private address per node name (hosts IPs of its pods, like a VPC address on EKS)."""
-    digest = hashlib.sha256(name.encode()).digest()
-    return f"10.{128 + digest[0] % 64}.{digest[1]}.{1 + digest[2] % 254}"
+    """A stable private address per node (10.128.0.0/10), like a node's VPC address on EKS."""
+    kind, index = _slot(name)
+    return f"10.{128 + kind * 16 + index // 254}.0.{1 + index % 254}"
+
+
+def pod_cidr(name: str) -> str:
+    """A stable /24 per node (10.64.0.0/10) from which kwok gives the node's pods their IPs."""
+    kind, index = _slot(name)
+    return f"10.{64 + kind * 8 + index // 256}.{index % 256}.0/24"
 
 
 def node_manifest(name: str, kind: NodeKind, zone: str) -> dict[str, Any]:
@@ -108,7 +126,11 @@ def node_manifest(name: str, kind: NodeKind, zone: str) -> dict[str, Any]:
                 **shape.labels,
             },
         },
-        "spec": {"taints": [dict(t) for t in shape.taints]} if shape.taints else {},
+        "spec": {
+            "podCIDR": pod_cidr(name),
+            "podCIDRs": [pod_cidr(name)],
+            **({"taints": [dict(t) for t in shape.taints]} if shape.taints else {}),
+        },
         "status": {
             "capacity": dict(resources),
             "allocatable": dict(resources),
