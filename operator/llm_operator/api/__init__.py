@@ -1,0 +1,1 @@
+"""The LLMTrainingJob API: typed models, CEL rules, CRD generation and validation."""

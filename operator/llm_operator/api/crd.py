@@ -1,0 +1,185 @@
+"""Generate the LLMTrainingJob CustomResourceDefinition from the typed models.
+
+Pydantic emits JSON Schema (with ``$ref``, ``anyOf: [X, null]``, titles); the apiserver wants a
+structural OpenAPI v3 schema. ``structural()`` converts one into the other: references inlined,
+optionals unwrapped, quantities made int-or-string, free-form objects marked to keep unknown fields.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from llm_operator.api import models
+from llm_operator.api.rules import QUANTITY_PATTERN
+
+_DROP = {"title", "discriminator"}
+
+
+def structural(node: Any, defs: dict[str, Any]) -> Any:
+    """Convert a pydantic JSON-schema node into a structural OpenAPI v3 node."""
+    if isinstance(node, list):
+        return [structural(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].split("/")[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        return structural({**target, **extra}, defs)
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if node.get("x-llmjob-quantity"):
+            return _quantity(rest)
+        if len(options) == 1:
+            merged = {**structural(options[0], defs), **structural(rest, defs)}
+            if merged.get("default", 0) is None:
+                merged.pop("default")
+            return merged
+        raise ValueError(f"cannot express a union as a structural schema: {node}")
+    if node.get("x-llmjob-quantity"):
+        return _quantity(node)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP or key == "$defs":
+            continue
+        if key == "properties":
+            out[key] = {name: structural(prop, defs) for name, prop in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = structural(value, defs)
+        else:
+            out[key] = value
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out["type"] = "object"
+        out.pop("additionalProperties", None)
+    if out.get("additionalProperties") is True or out.get("additionalProperties") == {}:
+        out.pop("additionalProperties")
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if out.get("type") == "object" and out.get("additionalProperties") is False:
+        out.pop("additionalProperties")
+    if "default" in out and out["default"] is None:
+        out.pop("default")
+    return out
+
+
+def _quantity(node: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": QUANTITY_PATTERN,
+        "x-kubernetes-int-or-string": True,
+    }
+    if "description" in node:
+        out["description"] = node["description"]
+    if node.get("default") is not None:
+        out["default"] = node["default"]
+    return out
+
+
+def _factory_defaults(model: type[BaseModel], node: dict[str, Any], defs: dict[str, Any]) -> None:
+    """Put ``default_factory`` values into the schema so the apiserver defaults the same way.
+
+    A nested object gets ``default: {}`` so that structural defaulting reaches its own fields.
+    """
+    for name, info in model.model_fields.items():
+        prop = node.get("properties", {}).get(info.alias or name)
+        if prop is None:
+            continue
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            ref = prop.get("$ref", "").split("/")[-1]
+            if ref in defs:
+                _factory_defaults(annotation, defs[ref], defs)
+        if info.default_factory is not None and name != "status":
+            value = info.default_factory()  # type: ignore[call-arg]
+            prop["default"] = {} if isinstance(value, BaseModel) else value
+
+
+def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    _factory_defaults(model, raw, defs)
+    schema: dict[str, Any] = structural(raw, defs)
+    return schema
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of the CRD: spec and status generated, metadata left to the apiserver."""
+    spec = _model_schema(models.LLMTrainingJobSpec)
+    status = _model_schema(models.LLMTrainingJobStatus)
+    return {
+        "type": "object",
+        "description": models.LLMTrainingJob.__doc__,
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "elasticllm.dev/v1alpha1"},
+            "kind": {"type": "string", "description": "LLMTrainingJob"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        "x-kubernetes-validations": models.LLMTrainingJob.model_config.get("json_schema_extra", {})[  # type: ignore[index,union-attr]
+            "x-kubernetes-validations"
+        ],
+    }
+
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
+    {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Target", "type": "integer", "jsonPath": ".status.targetReplicas", "priority": 1},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{models.PLURAL}.{models.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "elastic-llm-operator"},
+        },
+        "spec": {
+            "group": models.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": models.KIND,
+                "listKind": f"{models.KIND}List",
+                "plural": models.PLURAL,
+                "singular": models.SINGULAR,
+                "shortNames": models.SHORT_NAMES,
+                "categories": models.CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": models.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    """The CRD as the YAML committed in crds/ (a test fails when they differ)."""
+    header = "# Generated by `llmjob crd` (make crds) from llm_operator.api.models. Do not edit.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)

@@ -1,0 +1,300 @@
+"""Typed models of the LLMTrainingJob API (v1alpha1): the one source of truth.
+
+The CRD's openAPIV3Schema is generated from these models (``llm_operator.api.crd``); every field's
+docstring becomes its description. Cross-field rules are CEL expressions attached with ``cel()`` and
+are evaluated both by the apiserver and, through ``llm_operator.api.validate``, by ``llmjob render``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from llm_operator.api.rules import (
+    ABSOLUTE_PATH,
+    ENV_NAME,
+    QUANTITY_SCHEMA,
+    RULES_ENV_VAR,
+    RULES_FSX,
+    RULES_JOB,
+    RULES_SPEC,
+)
+
+GROUP = "elasticllm.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "LLMTrainingJob"
+PLURAL = "llmtrainingjobs"
+SINGULAR = "llmtrainingjob"
+SHORT_NAMES = ["llmjob", "llmjobs"]
+CATEGORIES = ["all", "elasticllm"]
+
+Quantity = int | str
+PHASES = ("Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed")
+Phase = Literal["Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"]
+
+
+def _quantity(description: str, default: Any = None) -> Any:
+    return Field(default=default, description=description, json_schema_extra=QUANTITY_SCHEMA)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        validate_default=True,
+    )
+
+
+class EnvVar(_Model):
+    """An environment variable for the training container (same shape as a core/v1 EnvVar)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": RULES_ENV_VAR})
+
+    name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME)
+    """Variable name. Names the operator owns (PET_*, RANK, WORLD_SIZE, MASTER_*, ...) are rejected."""
+    value: str | None = Field(default=None, max_length=32768)
+    """Literal value."""
+    valueFrom: dict[str, Any] | None = Field(  # noqa: N815 (Kubernetes field name)
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """A source for the value (configMapKeyRef, fieldRef, resourceFieldRef, secretKeyRef), as in core/v1."""
+
+
+class Resources(_Model):
+    """CPU and memory for each worker; used as both request and limit (Guaranteed QoS)."""
+
+    cpu: Quantity | None = _quantity("CPU per worker pod, e.g. \"180\" on a p5.48xlarge.")
+    memory: Quantity | None = _quantity("Memory per worker pod, e.g. 1800Gi on a p5.48xlarge.")
+    ephemeralStorage: Quantity | None = _quantity(  # noqa: N815
+        "Local ephemeral storage per worker pod (container scratch, logs)."
+    )
+
+
+class Fsx(_Model):
+    """An FSx for Lustre volume (through an existing PersistentVolumeClaim) mounted in every worker."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": RULES_FSX})
+
+    claimName: str = Field(min_length=1, max_length=253)  # noqa: N815
+    """Name of the PersistentVolumeClaim (ReadWriteMany, fsx.csi.aws.com) in the job's namespace."""
+    mountPath: str = Field(default="/fsx", min_length=1, max_length=1024)  # noqa: N815
+    """Absolute path where the volume is mounted in the worker container."""
+    readOnly: bool = False  # noqa: N815
+    """Mount the volume read-only (checkpoints then need another writable path)."""
+
+
+class Rendezvous(_Model):
+    """How torchrun agents find each other."""
+
+    backend: Literal["etcd-v3", "c10d"] = "etcd-v3"
+    """etcd-v3 (our etcd v3 plugin, survives any worker's loss) or c10d (torch's TCPStore)."""
+    endpoint: str = Field(default="", max_length=512)
+    """host:port of an existing rendezvous server. Empty: the operator runs one for the job, off the workers."""
+    timeoutSeconds: int = Field(default=900, ge=1, le=86400)  # noqa: N815
+    """How long agents wait for enough members to form a round (torchrun join_timeout)."""
+    lastCallSeconds: int = Field(default=2, ge=0, le=3600)  # noqa: N815
+    """Extra wait after the minimum is reached, for more members to join the round (last_call_timeout)."""
+    closeTimeoutSeconds: int = Field(default=10, ge=1, le=3600)  # noqa: N815
+    """How long agents wait for a closed round to be acknowledged (close_timeout)."""
+    heartbeatSeconds: int = Field(default=2, ge=1, le=600)  # noqa: N815
+    """Keep-alive interval of each agent in the rendezvous state (keep_alive_interval)."""
+    heartbeatMisses: int = Field(default=3, ge=1, le=100)  # noqa: N815
+    """Missed keep-alives before a member counts as dead (keep_alive_max_attempt)."""
+
+
+class FailurePolicy(_Model):
+    """When a lost worker is replaced, when the job shrinks, and when it gives up."""
+
+    maxRestarts: int = Field(default=20, ge=0, le=100000)  # noqa: N815
+    """Membership changes (restarts) allowed before the job fails."""
+    nodeFailureGraceSeconds: int = Field(default=30, ge=0, le=86400)  # noqa: N815
+    """Seconds a worker's node may be NotReady/unreachable before the worker is replaced (0 = at once)."""
+    pendingTimeoutSeconds: int = Field(default=300, ge=1, le=86400)  # noqa: N815
+    """Seconds a replacement may stay unschedulable before the job shrinks to what runs."""
+    belowMinTimeoutSeconds: int = Field(default=1800, ge=1, le=604800)  # noqa: N815
+    """Seconds the job may run below minReplicas before it fails."""
+    resizeCooldownSeconds: int = Field(default=30, ge=0, le=86400)  # noqa: N815
+    """Minimum seconds between two resizes (grow after a shrink), to avoid flapping."""
+    nonRetryableExitCodes: list[int] = Field(default_factory=list, max_length=64)  # noqa: N815
+    """Worker exit codes that fail the job at once instead of being retried."""
+
+
+class Scheduling(_Model):
+    """Where worker pods may run."""
+
+    nodeSelector: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    """Node labels every worker's node must have."""
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
+    """Extra tolerations (core/v1 shape); GPU and EFA NoSchedule tolerations are added automatically."""
+    affinity: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """Affinity (core/v1 shape), merged with the instance-type node affinity."""
+    priorityClassName: str = Field(default="", max_length=253)  # noqa: N815
+    """PriorityClass of the worker pods."""
+    schedulerName: str = Field(default="", max_length=253)  # noqa: N815
+    """Scheduler of the worker pods (e.g. a gang scheduler); empty = default scheduler."""
+    instanceTypes: list[str] = Field(default_factory=list, max_length=32)  # noqa: N815
+    """Allowed EC2 instance types (node.kubernetes.io/instance-type), e.g. [p5.48xlarge]."""
+    gangScheduling: bool = False  # noqa: N815
+    """Create a PodGroup (scheduling.x-k8s.io, minMember = minReplicas) for gang-aware schedulers."""
+
+
+class LLMTrainingJobSpec(_Model):
+    """The desired state of an elastic training job."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": RULES_SPEC})
+
+    minReplicas: int = Field(ge=1, le=4096)  # noqa: N815
+    """Fewest worker nodes the job may run on."""
+    maxReplicas: int = Field(ge=1, le=4096)  # noqa: N815
+    """Most worker nodes the job may run on."""
+    replicas: int | None = Field(default=None, ge=1, le=4096)
+    """Desired worker count (scale subresource); unset means maxReplicas."""
+    image: str = Field(min_length=1, max_length=1024)
+    """Trainer container image."""
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"  # noqa: N815
+    """Image pull policy of the worker container."""
+    command: list[str] = Field(
+        default_factory=lambda: ["python", "-m", "llm_trainer"], min_length=1, max_length=64
+    )
+    """Training program argv that torchrun starts in every process (never a shell string)."""
+    args: list[str] = Field(default_factory=list, max_length=1024)
+    """Arguments appended to command."""
+    env: list[EnvVar] = Field(default_factory=list, max_length=256)
+    """User environment; overrides the operator's EFA/NCCL defaults, never its reserved names."""
+    gpusPerNode: int = Field(default=8, ge=0, le=64)  # noqa: N815
+    """nvidia.com/gpu limit of each worker (0 = CPU only)."""
+    nprocPerNode: int | None = Field(default=None, ge=1, le=256)  # noqa: N815
+    """Processes per worker; unset means gpusPerNode (1 when gpusPerNode is 0)."""
+    efaPerNode: int = Field(default=0, ge=0, le=64)  # noqa: N815
+    """vpc.amazonaws.com/efa devices per worker (32 on p5.48xlarge, 4 on p4d.24xlarge; 0 = no EFA)."""
+    resources: Resources = Field(default_factory=Resources)
+    """CPU and memory of each worker."""
+    sharedMemory: Quantity | None = _quantity("Size limit of /dev/shm (a memory-backed emptyDir).")  # noqa: N815
+    fsx: Fsx | None = None
+    """FSx for Lustre volume for data and checkpoints."""
+    checkpointDir: str | None = Field(default=None, max_length=1024, pattern=ABSOLUTE_PATH)  # noqa: N815
+    """Where the trainer writes checkpoints (under fsx.mountPath when fsx is set)."""
+    rendezvous: Rendezvous = Field(default_factory=Rendezvous)
+    """Rendezvous of the torchrun agents."""
+    failurePolicy: FailurePolicy = Field(default_factory=FailurePolicy)  # noqa: N815
+    """Failure handling and elasticity timing."""
+    scheduling: Scheduling = Field(default_factory=Scheduling)
+    """Placement of the worker pods."""
+    terminationGracePeriodSeconds: int = Field(default=300, ge=0, le=3600)  # noqa: N815
+    """Seconds a stopping worker gets to finish its step and write a checkpoint."""
+    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0, le=31536000)  # noqa: N815
+    """Delete the finished pods this long after Succeeded/Failed (the job object stays)."""
+    suspend: bool = False
+    """True deletes the workers and keeps the job Suspended until set back to false."""
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    """Condition type: Ready, Degraded, Resizing, Suspended, Complete, Failed."""
+    status: Literal["True", "False", "Unknown"]
+    """Condition status."""
+    reason: str = ""
+    """CamelCase reason of the last transition."""
+    message: str = ""
+    """Human-readable detail."""
+    lastTransitionTime: str = ""  # noqa: N815
+    """When the status last changed (RFC 3339)."""
+    observedGeneration: int = 0  # noqa: N815
+    """The spec generation the condition was computed from."""
+
+
+class LLMTrainingJobStatus(_Model):
+    """What the operator observed and decided (written once per reconcile pass)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: Phase = "Pending"
+    """Pending, Running, Scaling, Restarting, Suspended, Succeeded or Failed."""
+    replicas: int = 0
+    """Worker pods that exist and are not terminating (scale subresource)."""
+    readyReplicas: int = 0  # noqa: N815
+    """Worker pods that are Running and Ready."""
+    targetReplicas: int = 0  # noqa: N815
+    """The size the operator currently aims at (desired, or smaller after a shrink)."""
+    restarts: int = 0
+    """Membership changes so far (each one bumps the attempt label of new pods)."""
+    selector: str = ""
+    """Label selector of the worker pods (scale subresource)."""
+    observedGeneration: int = 0  # noqa: N815
+    """The spec generation this status reflects."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Standard conditions."""
+    reason: str = ""
+    """Reason of the last phase change."""
+    message: str = ""
+    """Detail of the last phase change."""
+    startTime: str | None = None  # noqa: N815
+    """When the job first ran (RFC 3339)."""
+    completionTime: str | None = None  # noqa: N815
+    """When the job Succeeded or Failed (RFC 3339)."""
+    lastResizeTime: str | None = None  # noqa: N815
+    """When the target size last changed (RFC 3339)."""
+    belowMinSince: str | None = None  # noqa: N815
+    """Since when fewer than minReplicas workers run (RFC 3339); unset when at or above."""
+    rendezvousEndpoint: str = ""  # noqa: N815
+    """The endpoint the workers use."""
+
+
+class ObjectMeta(_Model):
+    """The part of metav1.ObjectMeta the operator reads."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=253)
+    """Job name."""
+    namespace: str = "default"
+    """Namespace."""
+    uid: str = ""
+    """UID assigned by the apiserver."""
+    generation: int = 0
+    """Spec generation."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels (a Kueue queue-name label is passed on to the workers)."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations."""
+
+
+class LLMTrainingJob(_Model):
+    """An elastic multi-node LLM training job."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"x-kubernetes-validations": RULES_JOB})
+
+    apiVersion: Literal["elasticllm.dev/v1alpha1"] = API_VERSION  # noqa: N815
+    """elasticllm.dev/v1alpha1"""
+    kind: Literal["LLMTrainingJob"] = KIND
+    """LLMTrainingJob"""
+    metadata: ObjectMeta
+    """Standard object metadata."""
+    spec: LLMTrainingJobSpec
+    """Desired state."""
+    status: LLMTrainingJobStatus = Field(default_factory=LLMTrainingJobStatus)
+    """Observed state."""
+
+    @property
+    def desired_replicas(self) -> int:
+        """spec.replicas, or maxReplicas when unset."""
+        return self.spec.replicas if self.spec.replicas is not None else self.spec.maxReplicas
+
+    @property
+    def nproc_per_node(self) -> int:
+        """spec.nprocPerNode, or gpusPerNode, or 1 for CPU-only jobs."""
+        if self.spec.nprocPerNode is not None:
+            return self.spec.nprocPerNode
+        return self.spec.gpusPerNode or 1

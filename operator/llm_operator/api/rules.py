@@ -1,0 +1,134 @@
+"""Cross-field rules of the API as CEL, attached to the schema nodes they check.
+
+The same expressions run in the apiserver (``x-kubernetes-validations``) and in ``llmjob render``
+(``llm_operator.api.validate`` evaluates them with cel-python), so both reject the same manifests
+with the same messages. ``messageExpression`` carries the offending values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Names the operator sets itself; user env with these names would break the torchrun contract.
+RESERVED_ENV_NAMES: tuple[str, ...] = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+)
+RESERVED_ENV_PREFIXES: tuple[str, ...] = ("PET_", "TORCHELASTIC_", "LLMJOB_")
+
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+ABSOLUTE_PATH = r"^/"
+# The pattern apiserver-generated schemas use for resource.Quantity.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+QUANTITY_SCHEMA: dict[str, Any] = {"x-llmjob-quantity": True}
+# Longest job name: pod hostnames `<job>-worker-<index>` must stay a 63-character DNS label.
+MAX_JOB_NAME = 47
+
+
+def _rule(rule: str, message: str, field_path: str = "", reason: str = "FieldValueInvalid") -> dict[str, str]:
+    out = {"rule": rule, "messageExpression": message, "reason": reason}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+RULES_JOB: list[dict[str, str]] = [
+    _rule(
+        f"self.metadata.name.size() <= {MAX_JOB_NAME}",
+        f"'metadata.name (' + self.metadata.name + ') must be at most {MAX_JOB_NAME} characters:"
+        " worker hostnames <name>-worker-<index> must fit a 63-character DNS label'",
+    ),
+    _rule(
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "'metadata.name (' + self.metadata.name + ') must be a DNS-1035 label: lower-case letters,"
+        " digits and -, starting with a letter'",
+    ),
+]
+
+RULES_SPEC: list[dict[str, str]] = [
+    _rule(
+        "self.minReplicas <= self.maxReplicas",
+        "'spec.minReplicas (' + string(self.minReplicas) + ') must be <= spec.maxReplicas ('"
+        " + string(self.maxReplicas) + ')'",
+        ".minReplicas",
+    ),
+    _rule(
+        "!has(self.replicas) || (self.replicas >= self.minReplicas && self.replicas <= self.maxReplicas)",
+        "'spec.replicas (' + string(self.replicas) + ') must be within [spec.minReplicas, spec.maxReplicas] = ['"
+        " + string(self.minReplicas) + ', ' + string(self.maxReplicas) + ']'",
+        ".replicas",
+    ),
+    _rule(
+        "!has(self.fsx) || !has(self.checkpointDir) || self.checkpointDir == self.fsx.mountPath"
+        " || self.checkpointDir.startsWith(self.fsx.mountPath.endsWith('/') ? self.fsx.mountPath"
+        " : self.fsx.mountPath + '/')",
+        "'spec.checkpointDir (' + self.checkpointDir + ') must be under spec.fsx.mountPath ('"
+        " + self.fsx.mountPath + ') so every worker sees the same checkpoints'",
+        ".checkpointDir",
+    ),
+    _rule(
+        "self.rendezvous.backend in ['etcd-v3', 'c10d']",
+        "'spec.rendezvous.backend (' + self.rendezvous.backend + ') must be one of etcd-v3, c10d'",
+        ".rendezvous.backend",
+        "FieldValueNotSupported",
+    ),
+    _rule(
+        "self.rendezvous.endpoint == '' || self.rendezvous.endpoint.matches('^[A-Za-z0-9.-]+:[0-9]{1,5}$')",
+        "'spec.rendezvous.endpoint (' + self.rendezvous.endpoint + ') must be host:port, or empty for an"
+        " operator-managed rendezvous server'",
+        ".rendezvous.endpoint",
+    ),
+    _rule(
+        "!has(self.nprocPerNode) || self.gpusPerNode == 0 || self.nprocPerNode <= self.gpusPerNode",
+        "'spec.nprocPerNode (' + string(self.nprocPerNode) + ') must be <= spec.gpusPerNode ('"
+        " + string(self.gpusPerNode) + '): one process per GPU at most'",
+        ".nprocPerNode",
+    ),
+    _rule(
+        "self.failurePolicy.nonRetryableExitCodes.all(c, c >= 1 && c <= 255)",
+        "'spec.failurePolicy.nonRetryableExitCodes must be exit codes in [1, 255]'",
+        ".failurePolicy.nonRetryableExitCodes",
+    ),
+]
+
+RULES_ENV_VAR: list[dict[str, str]] = [
+    _rule(
+        f"!(self.name in {_cel_list(RESERVED_ENV_NAMES)})"
+        + "".join(f" && !self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES),
+        "'spec.env ' + self.name + ' is reserved: the operator sets it for torchrun (names "
+        + ", ".join(RESERVED_ENV_NAMES[:4])
+        + ", ..., and prefixes "
+        + ", ".join(p + "*" for p in RESERVED_ENV_PREFIXES)
+        + " are owned by the operator)'",
+        ".name",
+        "FieldValueForbidden",
+    ),
+    _rule(
+        "!(has(self.value) && has(self.valueFrom))",
+        "'spec.env ' + self.name + ' sets both value and valueFrom; use one'",
+    ),
+]
+
+RULES_FSX: list[dict[str, str]] = [
+    _rule(
+        "self.mountPath.startsWith('/') && self.mountPath != '/' && !self.mountPath.contains('..')",
+        "'spec.fsx.mountPath (' + self.mountPath + ') must be an absolute path other than / without ..'",
+        ".mountPath",
+    ),
+]

@@ -1,0 +1,26 @@
+"""Every object a job should have at a given size: what `llmjob render` prints and the operator diffs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.api.models import LLMTrainingJob
+from llm_operator.builders.rendezvous import rendezvous_objects
+from llm_operator.builders.worker import pod_group, worker_pod, workers_service
+from llm_operator.settings import Settings
+
+
+def support_objects(job: LLMTrainingJob, settings: Settings) -> list[dict[str, Any]]:
+    """Objects that exist for the job's whole life: headless Service, rendezvous server, PodGroup."""
+    out = [workers_service(job), *rendezvous_objects(job, settings)]
+    if job.spec.scheduling.gangScheduling:
+        out.append(pod_group(job))
+    return out
+
+
+def desired_objects(job: LLMTrainingJob, settings: Settings, size: int | None = None) -> list[dict[str, Any]]:
+    """Support objects plus workers 0..size-1 (size defaults to the desired replicas; 0 when suspended)."""
+    if size is None:
+        size = 0 if job.spec.suspend else job.desired_replicas
+    attempt = job.status.restarts
+    return [*support_objects(job, settings), *(worker_pod(job, i, attempt) for i in range(size))]

@@ -1,0 +1,221 @@
+"""Worker pods: one per node, running torchrun around the user's training program."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from llm_operator import labels
+from llm_operator.api.models import LLMTrainingJob
+from llm_operator.builders import rendezvous
+from llm_operator.builders.common import child_metadata, job_uid
+from llm_operator.settings import TRAINER_METRICS_PORT
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+DIST_PORT = 29500
+
+# libfabric / aws-ofi-nccl settings for p4d/p5 with EFA (user env overrides them).
+EFA_ENV: dict[str, str] = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_USE_DEVICE_RDMA": "1",
+    "FI_EFA_FORK_SAFE": "1",
+    "NCCL_SOCKET_IFNAME": "^lo,docker",
+    "NCCL_DEBUG": "WARN",
+}
+
+
+def rdzv_conf(job: LLMTrainingJob) -> str:
+    """PET_RDZV_CONF: torchrun's rendezvous timing, tuned for fast re-rendezvous after a loss."""
+    r = job.spec.rendezvous
+    parts = {
+        "join_timeout": r.timeoutSeconds,
+        "last_call_timeout": r.lastCallSeconds,
+        "close_timeout": r.closeTimeoutSeconds,
+        "keep_alive_interval": r.heartbeatSeconds,
+        "keep_alive_max_attempt": r.heartbeatMisses,
+    }
+    conf = ",".join(f"{k}={v}" for k, v in parts.items())
+    if r.backend == "c10d":
+        conf += ",is_host=false"  # the store lives in the rendezvous pod, never on a worker
+    return conf
+
+
+def torchrun_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
+    """The torchrun contract (PET_*) plus what the trainer reads (LLMJOB_*)."""
+    env: list[dict[str, Any]] = [
+        {"name": "LLMJOB_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "LLMJOB_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "LLMJOB_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "LLMJOB_JOB_NAME", "value": job.metadata.name},
+        {"name": "LLMJOB_REPLICA_INDEX", "value": str(index)},
+        {"name": "LLMJOB_ATTEMPT", "value": str(attempt)},
+        {"name": "PET_NNODES", "value": f"{job.spec.minReplicas}:{job.spec.maxReplicas}"},
+        {"name": "PET_NPROC_PER_NODE", "value": str(job.nproc_per_node)},
+        {"name": "PET_RDZV_BACKEND", "value": job.spec.rendezvous.backend},
+        {"name": "PET_RDZV_ENDPOINT", "value": rendezvous.endpoint(job)},
+        {"name": "PET_RDZV_ID", "value": job_uid(job)},
+        {"name": "PET_RDZV_CONF", "value": rdzv_conf(job)},
+        {"name": "PET_MAX_RESTARTS", "value": str(job.spec.failurePolicy.maxRestarts)},
+        {"name": "PET_LOCAL_ADDR", "value": "$(LLMJOB_POD_IP)"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    if job.spec.checkpointDir:
+        env.append({"name": "LLMJOB_CHECKPOINT_DIR", "value": job.spec.checkpointDir})
+    return env
+
+
+def container_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
+    """Operator env, then EFA defaults and user env merged by name (user wins over defaults)."""
+    tunables: dict[str, dict[str, Any]] = {}
+    if job.spec.efaPerNode > 0:
+        tunables = {name: {"name": name, "value": value} for name, value in EFA_ENV.items()}
+    for var in job.spec.env:
+        tunables[var.name] = var.model_dump(by_alias=True, exclude_none=True)
+    return torchrun_env(job, index, attempt) + list(tunables.values())
+
+
+def _resources(job: LLMTrainingJob) -> dict[str, Any]:
+    limits: dict[str, Any] = {}
+    requests: dict[str, Any] = {}
+    res = job.spec.resources
+    for key, value in (("cpu", res.cpu), ("memory", res.memory), ("ephemeral-storage", res.ephemeralStorage)):
+        if value is not None:
+            limits[key] = requests[key] = str(value)
+    if job.spec.gpusPerNode > 0:
+        limits[GPU_RESOURCE] = str(job.spec.gpusPerNode)
+    if job.spec.efaPerNode > 0:
+        limits[EFA_RESOURCE] = str(job.spec.efaPerNode)
+    out: dict[str, Any] = {}
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _tolerations(job: LLMTrainingJob) -> list[dict[str, Any]]:
+    out = [copy.deepcopy(t) for t in job.spec.scheduling.tolerations]
+    wanted = []
+    if job.spec.gpusPerNode > 0:
+        wanted.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    if job.spec.efaPerNode > 0:
+        wanted.append({"key": EFA_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    out += [t for t in wanted if t not in out]
+    return out
+
+
+def _affinity(job: LLMTrainingJob) -> dict[str, Any]:
+    """User affinity + instance types (ANDed into every required term) + spread one worker per node."""
+    affinity = copy.deepcopy(job.spec.scheduling.affinity)
+    types = job.spec.scheduling.instanceTypes
+    if types:
+        expr = {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(types)}
+        node = affinity.setdefault("nodeAffinity", {})
+        required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+        terms = required.setdefault("nodeSelectorTerms", [])
+        if not terms:
+            terms.append({})
+        for term in terms:
+            term.setdefault("matchExpressions", []).append(expr)
+    anti = affinity.setdefault("podAntiAffinity", {})
+    anti.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+        {
+            "weight": 100,
+            "podAffinityTerm": {
+                "topologyKey": HOSTNAME_LABEL,
+                "labelSelector": {"matchLabels": labels.selector(job.metadata.name)},
+            },
+        }
+    )
+    return affinity
+
+
+def _volumes(job: LLMTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if job.spec.sharedMemory is not None:
+        shm["sizeLimit"] = str(job.spec.sharedMemory)
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if job.spec.fsx is not None:
+        fsx = job.spec.fsx
+        volumes.append(
+            {"name": "fsx", "persistentVolumeClaim": {"claimName": fsx.claimName, "readOnly": fsx.readOnly}}
+        )
+        mounts.append({"name": "fsx", "mountPath": fsx.mountPath, "readOnly": fsx.readOnly})
+    return volumes, mounts
+
+
+def worker_pod(job: LLMTrainingJob, index: int, attempt: int) -> dict[str, Any]:
+    """The worker pod for replica ``index`` made in restart ``attempt``."""
+    name = labels.worker_name(job.metadata.name, index)
+    extra = {labels.REPLICA_INDEX: str(index), labels.ATTEMPT: str(attempt)}
+    if job.spec.scheduling.gangScheduling:
+        extra[labels.POD_GROUP_LABEL] = job.metadata.name
+    volumes, mounts = _volumes(job)
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": job.spec.image,
+        "imagePullPolicy": job.spec.imagePullPolicy,
+        "command": ["torchrun", "--no-python"],
+        "args": [*job.spec.command, *job.spec.args],
+        "env": container_env(job, index, attempt),
+        "ports": [{"name": "metrics", "containerPort": TRAINER_METRICS_PORT}],
+        "volumeMounts": mounts,
+    }
+    resources = _resources(job)
+    if resources:
+        container["resources"] = resources
+    if job.spec.efaPerNode > 0:
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostname": name,
+        "subdomain": labels.workers_service_name(job.metadata.name),
+        "terminationGracePeriodSeconds": job.spec.terminationGracePeriodSeconds,
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": volumes,
+        "tolerations": _tolerations(job),
+        "affinity": _affinity(job),
+    }
+    sched = job.spec.scheduling
+    if sched.nodeSelector:
+        spec["nodeSelector"] = dict(sched.nodeSelector)
+    if sched.priorityClassName:
+        spec["priorityClassName"] = sched.priorityClassName
+    if sched.schedulerName:
+        spec["schedulerName"] = sched.schedulerName
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": child_metadata(job, name, labels.ROLE_WORKER, extra),
+        "spec": spec,
+    }
+
+
+def workers_service(job: LLMTrainingJob) -> dict[str, Any]:
+    """Headless Service: stable DNS `<job>-worker-<i>.<job>-workers` even before pods are Ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": child_metadata(job, labels.workers_service_name(job.metadata.name), labels.ROLE_WORKER),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": labels.selector(job.metadata.name),
+            "ports": [{"name": "dist", "port": DIST_PORT, "targetPort": DIST_PORT}],
+        },
+    }
+
+
+def pod_group(job: LLMTrainingJob) -> dict[str, Any]:
+    """PodGroup (scheduler-plugins coscheduling) so a gang scheduler starts at least minReplicas together."""
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": child_metadata(job, job.metadata.name, labels.ROLE_WORKER),
+        "spec": {"minMember": job.spec.minReplicas, "scheduleTimeoutSeconds": job.spec.failurePolicy.pendingTimeoutSeconds},
+    }

@@ -1,0 +1,113 @@
+"""`llmjob`: the user's command line (render, crd, operator, cluster, tools, demo)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from llm_operator.render import RenderError, render, write_stream
+from llm_operator.settings import Settings
+
+EXIT_USAGE = 2
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        print(f"llmjob render: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        objects = render(args.filename, settings, namespace=args.namespace)
+    except RenderError as exc:
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        print(f"llmjob render: {len(exc.problems)} problem(s); nothing rendered", file=sys.stderr)
+        return EXIT_USAGE
+    write_stream(objects, sys.stdout)
+    return 0
+
+
+def _cmd_crd(args: argparse.Namespace) -> int:
+    from llm_operator.api.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from llm_operator.runner import run_operator
+
+    return run_operator(args)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from llm_operator.demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmjob", description="Elastic LLM training on Kubernetes: render jobs, run the operator, local clusters."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("render", help="print every object the operator would create for job manifests")
+    p.add_argument("-f", "--filename", action="append", required=True, help="job manifest (YAML, '-' = stdin)")
+    p.add_argument("-n", "--namespace", help="namespace for manifests that name none (default: default)")
+    p.set_defaults(func=_cmd_render)
+
+    p = sub.add_parser("crd", help="print the LLMTrainingJob CRD generated from the API models")
+    p.set_defaults(func=_cmd_crd)
+
+    p = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeat)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    p.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0 = off)")
+    p.add_argument("--liveness-port", type=int, default=8080, help="/healthz port (0 = off)")
+    peer = p.add_mutually_exclusive_group()
+    peer.add_argument("--peering", default="elastic-llm-operator", help="kopf peering object name (HA)")
+    peer.add_argument("--standalone", action="store_true", help="no peering (single replica, tests)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_cmd_operator)
+
+    p = sub.add_parser("demo", help="local cluster + operator + job, inject a node failure, print a timeline")
+    p.add_argument("--keep", action="store_true", help="leave the cluster and operator running at the end")
+    p.add_argument("--nodes", type=int, default=4, help="fake p5.48xlarge nodes (default 4)")
+    p.add_argument("--grace", type=int, default=0, help="nodeFailureGraceSeconds of the demo job (default 0)")
+    p.set_defaults(func=_cmd_demo)
+
+    try:
+        from llm_operator.localcluster import cli as cluster_cli
+    except ImportError:  # pragma: no cover - until the local cluster lands
+        pass
+    else:
+        cluster_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:  # e.g. `llmjob render ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("llmjob: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one line, never a traceback, unless asked for
+        if os.environ.get("LLMJOB_DEBUG"):
+            raise
+        print(f"llmjob {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

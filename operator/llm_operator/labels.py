@@ -1,0 +1,49 @@
+"""Label and annotation keys the operator writes and reads (documented in docs/api.md)."""
+
+from __future__ import annotations
+
+PREFIX = "elasticllm.dev"
+JOB_NAME = f"{PREFIX}/job-name"
+ROLE = f"{PREFIX}/role"
+REPLICA_INDEX = f"{PREFIX}/replica-index"
+ATTEMPT = f"{PREFIX}/attempt"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "elastic-llm-operator"
+
+ROLE_WORKER = "worker"
+ROLE_RENDEZVOUS = "rendezvous"
+
+# Passed from the job to its pods so Kueue admits and accounts for them.
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+PASSTHROUGH_LABELS = (KUEUE_QUEUE_NAME, "kueue.x-k8s.io/priority-class")
+
+# Gang scheduling (scheduler-plugins coscheduling / PodGroup v1alpha1).
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+# Test and chaos tooling: kwok stages turn a pod annotated with this into Failed/Succeeded.
+FAKE_EXIT_CODE = f"{PREFIX}/fake-exit-code"
+
+
+def worker_name(job: str, index: int) -> str:
+    """Deterministic worker pod name: a restarted operator finds what it made."""
+    return f"{job}-worker-{index}"
+
+
+def workers_service_name(job: str) -> str:
+    """Headless Service that gives each worker a stable DNS name."""
+    return f"{job}-workers"
+
+
+def rendezvous_name(job: str) -> str:
+    """Rendezvous server Deployment/Pod and Service."""
+    return f"{job}-rdzv"
+
+
+def selector(job: str) -> dict[str, str]:
+    """Labels that select a job's worker pods."""
+    return {JOB_NAME: job, ROLE: ROLE_WORKER}
+
+
+def selector_string(job: str) -> str:
+    """The worker selector as a string (status.selector, for the scale subresource)."""
+    return ",".join(f"{k}={v}" for k, v in selector(job).items())
