@@ -105,7 +105,7 @@ def _labelled(cluster: Any, release: str) -> str:
         "-o",
         "name",
     )
-    return (namespaced.stdout + cluster_scoped.stdout).strip()
+    return str(namespaced.stdout + cluster_scoped.stdout).strip()
 
 
 @pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
@@ -147,7 +147,7 @@ def test_install_creates_every_object_and_uninstall_leaves_only_the_crds(
         got = cluster.kubectl(
             "get", deployment, "-n", namespace, "-o", "jsonpath={.status.readyReplicas}", check=False
         ).stdout
-        return got == str(replicas)
+        return bool(got == str(replicas))
 
     wait_for(ready, timeout=120, what=f"{deployment} to have {replicas} ready replicas")
 

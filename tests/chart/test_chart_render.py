@@ -59,8 +59,9 @@ def test_include_crds_renders_the_three_crds(helm: Helm) -> None:
 
 
 def _container(deployment: dict[str, Any]) -> dict[str, Any]:
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return container
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
 
 
 def _env(container: dict[str, Any]) -> dict[str, Any]:
