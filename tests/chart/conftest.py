@@ -15,15 +15,10 @@ from llm_operator.localcluster.tools import ensure
 
 
 @pytest.fixture(scope="session")
-def tool_paths() -> dict[str, Path]:
-    return ensure(["helm", "kubectl"])
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(ensure(["helm"])["helm"], tmp_path_factory.mktemp("helm"))
 
 
 @pytest.fixture(scope="session")
-def helm(tool_paths: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(tool_paths["helm"], tmp_path_factory.mktemp("helm"))
-
-
-@pytest.fixture(scope="session")
-def kubectl_bin(tool_paths: dict[str, Path]) -> Path:
-    return tool_paths["kubectl"]
+def kubectl_bin() -> Path:
+    return ensure(["kubectl"])["kubectl"]
