@@ -168,3 +168,39 @@ def test_install_rejects_bad_values_and_installs_nothing(cluster_helm: Helm, nam
     assert result.returncode != 0
     assert "schema" in result.stderr and "/logLevel" in result.stderr, result.stderr
     assert cluster_helm.run("status", release, "--namespace", namespace, check=False).returncode != 0
+
+
+@pytest.fixture
+def restricted_namespace(cluster: Any) -> Iterator[str]:
+    name = f"restricted-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
+def test_operator_pod_meets_the_restricted_pod_security_standard(
+    cluster: Any, helm: Helm, restricted_namespace: str
+) -> None:
+    objects = helm.template({}, namespace=restricted_namespace)
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "operator-pss-check", "namespace": restricted_namespace, **template["metadata"]},
+        "spec": template["spec"],
+    }
+
+    def create(manifest: dict[str, Any]) -> Any:
+        return cluster.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(manifest), check=False
+        )
+
+    accepted = create(pod)
+    assert accepted.returncode == 0, accepted.stderr
+    # Control: the PodSecurity admission is really enforcing in this namespace.
+    weakened = yaml.safe_load(yaml.safe_dump(pod))
+    weakened["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    rejected = create(weakened)
+    assert rejected.returncode != 0 and "allowPrivilegeEscalation" in rejected.stderr

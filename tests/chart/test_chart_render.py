@@ -273,3 +273,16 @@ def test_every_object_is_labelled_for_the_release(helm: Helm) -> None:
             labels = obj["metadata"]["labels"]
             assert labels["app.kubernetes.io/instance"] == RELEASE, (name, obj["kind"])
             assert labels["app.kubernetes.io/part-of"] == "elastic-llm-operator", (name, obj["kind"])
+
+
+def test_notes_give_next_steps_and_say_when_monitors_are_skipped(helm: Helm) -> None:
+    """`helm install --dry-run=client` renders NOTES.txt without a cluster (no monitoring APIs there)."""
+    values = str(helm.values_file(VALUES["monitoring"]))
+    out = helm.run(
+        "install", RELEASE, str(CHART), "-n", "llm-system", "--dry-run=client", "-f", values
+    ).stdout
+    notes = out[out.index("NOTES:") :]
+    assert f"rollout status deployment/{FULLNAME}" in notes
+    assert "does not serve monitoring.coreos.com/v1\n   ServiceMonitor, so none was created" in notes
+    assert "PodMonitor, so none was created" in notes
+    assert "keeps the CRDs" in notes
