@@ -228,6 +228,8 @@ class LLMTrainingJobStatus(_Model):
     """Worker pods that are Running and Ready."""
     targetReplicas: int = 0  # noqa: N815
     """The size the operator currently aims at (desired, or smaller after a shrink)."""
+    desiredReplicas: int = 0  # noqa: N815
+    """spec.replicas (or maxReplicas) as last seen: a change is a user resize."""
     restarts: int = 0
     """Membership changes so far (each one bumps the attempt label of new pods)."""
     selector: str = ""

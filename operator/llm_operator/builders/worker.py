@@ -96,7 +96,7 @@ def _resources(job: LLMTrainingJob) -> dict[str, Any]:
     return out
 
 
-def _tolerations(job: LLMTrainingJob) -> list[dict[str, Any]]:
+def tolerations(job: LLMTrainingJob) -> list[dict[str, Any]]:
     out = [copy.deepcopy(t) for t in job.spec.scheduling.tolerations]
     wanted = []
     if job.spec.gpusPerNode > 0:
@@ -178,7 +178,7 @@ def worker_pod(job: LLMTrainingJob, index: int, attempt: int) -> dict[str, Any]:
         "enableServiceLinks": False,
         "containers": [container],
         "volumes": volumes,
-        "tolerations": _tolerations(job),
+        "tolerations": tolerations(job),
         "affinity": _affinity(job),
     }
     sched = job.spec.scheduling

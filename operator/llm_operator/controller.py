@@ -1,0 +1,145 @@
+"""The per-job control loop: wake on any relevant change, plan, apply, write status once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from llm_operator import metrics
+from llm_operator.api.models import LLMTrainingJob
+from llm_operator.builders.desired import support_objects
+from llm_operator.builders.worker import worker_pod
+from llm_operator.expectations import Expectations
+from llm_operator.kube import Kube
+from llm_operator.observe import NodeView, PodView, pod_view
+from llm_operator.reconcile import Plan, plan
+from llm_operator.settings import Settings
+
+RESYNC_SECONDS = 30.0
+MIN_WAIT = 0.02
+
+
+class JobController:
+    """Owns one job while the operator runs it (one per kopf daemon)."""
+
+    def __init__(self, kube: Kube, settings: Settings, namespace: str, name: str) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.namespace = namespace
+        self.name = name
+        self.wake = asyncio.Event()
+        self.expect = Expectations()
+        self.last_status: dict[str, Any] | None = None
+        self.support_generation = -1
+        self.deleted = False
+
+    def job_from(self, body: Mapping[str, Any]) -> LLMTrainingJob:
+        """The job as last seen, with the status this controller wrote last (watches lag behind)."""
+        data = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+        data["status"] = self.last_status if self.last_status is not None else dict(body.get("status") or {})
+        return LLMTrainingJob.model_validate(data)
+
+    async def run(
+        self,
+        body: Mapping[str, Any],
+        pods: Mapping[Any, Iterable[PodView]],
+        nodes: Mapping[Any, Iterable[NodeView]],
+        stopped: kopf.DaemonStopped,
+        logger: kopf.Logger,
+    ) -> None:
+        """Reconcile until the daemon is stopped; sleep until woken or a deadline in the plan."""
+        timeout = 0.0
+        while not stopped and not self.deleted:
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=max(MIN_WAIT, timeout))
+            except TimeoutError:
+                pass
+            self.wake.clear()
+            if stopped or self.deleted:
+                break
+            started = time.perf_counter()
+            try:
+                timeout = await self.reconcile(body, pods, nodes, logger)
+            except Exception as exc:  # keep the loop alive: retry with backoff, visible in metrics and events
+                metrics.RECONCILE_ERRORS.inc()
+                logger.exception(f"reconcile of {self.namespace}/{self.name} failed: {exc}")
+                timeout = 5.0
+            finally:
+                metrics.RECONCILES.inc()
+                metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+
+    async def reconcile(
+        self,
+        body: Mapping[str, Any],
+        pods_index: Mapping[Any, Iterable[PodView]],
+        nodes_index: Mapping[Any, Iterable[NodeView]],
+        logger: kopf.Logger,
+    ) -> float:
+        """One pass; returns seconds until the next pass is due without any event."""
+        job = self.job_from(body)
+        if self.support_generation != job.metadata.generation:
+            for obj in support_objects(job, self.settings):
+                await self.kube.create(obj)
+            self.support_generation = job.metadata.generation
+        observed = list(pods_index.get((self.namespace, self.name), ()))
+        mine = self.expect.apply(observed)
+        nodes = {view.name: view for views in nodes_index.values() for view in views}
+        everyone = [p for key, views in pods_index.items() if key != (self.namespace, self.name) for p in views]
+        now = time.time()
+        decided = plan(job, mine, nodes, [*everyone, *mine], now)
+        await self.apply(job, decided, body, logger)
+        if decided.requeue_at is None:
+            return RESYNC_SECONDS
+        return min(RESYNC_SECONDS, max(MIN_WAIT, decided.requeue_at - time.time()))
+
+    async def apply(self, job: LLMTrainingJob, decided: Plan, body: Mapping[str, Any], logger: kopf.Logger) -> None:
+        """Deletions, then creations (concurrently), then one status write and the events."""
+        now = time.time()
+        for signal, since in decided.lost:
+            metrics.FAILURES.labels(signal).inc()
+            metrics.REPLACEMENTS.inc()
+            if since:
+                metrics.REACTION.observe(max(0.0, now - since))
+        await asyncio.gather(
+            *(self.kube.delete_pod(self.namespace, d.pod.name, d.pod.uid, d.force) for d in decided.delete)
+        )
+        for d in decided.delete:
+            self.expect.expect_deleted(d.pod.uid)
+        pods = [worker_pod(job, index, decided.attempt) for index in decided.create]
+        created = await asyncio.gather(*(self.kube.create(p) for p in pods))
+        for pod, made in zip(pods, created, strict=True):
+            view = pod_view(pod)
+            if view is not None:
+                self.expect.expect_created(view)
+            if made:
+                metrics.PODS_CREATED.inc()
+        if decided.resize is not None:
+            old, new, reason = decided.resize
+            metrics.RESIZES.labels("up" if new > old else "down").inc()
+        status = decided.status
+        previous = self.last_status if self.last_status is not None else dict(body.get("status") or {})
+        if _changed(previous, status):
+            await self.kube.patch_job_status(self.namespace, self.name, status)
+        self.last_status = status
+        events = list(decided.events)
+        made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
+        if made_names:
+            events.append(("Normal", "CreatedWorkers", f"created {', '.join(made_names)} (attempt {decided.attempt})"))
+        if decided.delete:
+            gone = ", ".join(f"{d.pod.name} ({d.reason}{', force' if d.force else ''})" for d in decided.delete)
+            events.append(("Normal", "DeletedWorkers", f"deleted {gone}"))
+        for _, reason, message in events:
+            logger.info(f"{reason}: {message}")
+        for level, reason, message in events:
+            kopf.event(dict(body), type=level, reason=reason, message=message)
+        metrics.observe_job(
+            self.namespace, self.name, status["phase"], status["desiredReplicas"], status["targetReplicas"], status["readyReplicas"]
+        )
+
+
+def _changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return any(previous.get(k) != v for k, v in new.items())

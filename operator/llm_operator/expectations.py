@@ -1,0 +1,43 @@
+"""What this operator just did and has not seen in its watch yet (the controller 'expectations' pattern).
+
+Watches lag behind writes. Without this, a pass that runs before the watch catches up would create
+a second pod for a slot it already filled, or count one lost worker twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from llm_operator.observe import PodView
+
+TTL_SECONDS = 30.0
+
+
+@dataclass
+class Expectations:
+    """Per job: pods created (by name) and deleted (by uid) that the index does not show yet."""
+
+    created: dict[str, tuple[PodView, float]] = field(default_factory=dict)
+    deleted: dict[str, float] = field(default_factory=dict)
+
+    def expect_created(self, pod: PodView, now: float | None = None) -> None:
+        self.created[pod.name] = (pod, now if now is not None else time.monotonic())
+
+    def expect_deleted(self, uid: str, now: float | None = None) -> None:
+        self.deleted[uid] = now if now is not None else time.monotonic()
+
+    def apply(self, observed: list[PodView], now: float | None = None) -> list[PodView]:
+        """The observed pods corrected by what we know we did: created ones added, deleted ones marked."""
+        clock = now if now is not None else time.monotonic()
+        seen_names = {p.name for p in observed}
+        seen_uids = {p.uid for p in observed}
+        for name, (_, at) in list(self.created.items()):
+            if name in seen_names or clock - at > TTL_SECONDS:
+                del self.created[name]
+        for uid, at in list(self.deleted.items()):
+            if uid not in seen_uids or clock - at > TTL_SECONDS:
+                del self.deleted[uid]
+        out = [replace(p, deleting=True) if p.uid in self.deleted and not p.deleting else p for p in observed]
+        out += [pod for pod, _ in self.created.values()]
+        return out

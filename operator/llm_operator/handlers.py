@@ -1,0 +1,137 @@
+"""kopf registrations: indexes of worker pods and nodes, wake-ups, one daemon per job.
+
+Level-based: every handler only records what changed and wakes the affected job's controller;
+the controller recomputes everything from the indexes (so a restarted operator converges).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import kopf
+
+from llm_operator import labels, metrics
+from llm_operator.api.models import GROUP, PLURAL, VERSION
+from llm_operator.controller import JobController
+from llm_operator.kube import Kube, connect
+from llm_operator.observe import NodeView, PodView, node_view, pod_view
+from llm_operator.settings import Settings
+
+WORKER_LABELS = {labels.ROLE: labels.ROLE_WORKER, labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+
+_controllers: dict[tuple[str, str], JobController] = {}
+_node_health: dict[str, tuple[Any, ...]] = {}
+_state: dict[str, Any] = {}
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Tune kopf and open our API client."""
+    settings.posting.level = logging.WARNING
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="elasticllm.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="elasticllm.dev", key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = "elasticllm.dev/operator"
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    _state["kube"] = Kube(await connect())
+    _state["settings"] = Settings.from_env()
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    """Close our API client."""
+    kube = _state.pop("kube", None)
+    if kube is not None:
+        await kube.api.close()
+
+
+@kopf.index("pods", labels=WORKER_LABELS)
+def worker_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView] | None:
+    """Worker pods by (namespace, job name)."""
+    view = pod_view(dict(body))
+    job = (body.get("metadata", {}).get("labels") or {}).get(labels.JOB_NAME)
+    if view is None or not job:
+        return None
+    return {(body["metadata"]["namespace"], job): view}
+
+
+@kopf.index("nodes")
+def nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeView]:
+    """Every node's health and placement facts by name."""
+    return {name: node_view(dict(body))}
+
+
+@kopf.on.event("pods", labels=WORKER_LABELS)
+def pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    """A worker changed: wake its job."""
+    job = (body.get("metadata", {}).get("labels") or {}).get(labels.JOB_NAME)
+    controller = _controllers.get((namespace, job or ""))
+    if controller is not None:
+        controller.wake.set()
+
+
+@kopf.on.event("nodes")
+def node_changed(body: kopf.Body, name: str, type: str | None, **_: Any) -> None:
+    """A node's health, taints or schedulability changed (not a heartbeat): wake every job."""
+    view = node_view(dict(body))
+    summary: tuple[Any, ...] = (
+        None if type == "DELETED" else (view.ready, view.unschedulable, tuple((k, e) for k, e, _ in view.taints))
+    )
+    if _node_health.get(name) == summary:
+        return
+    _node_health[name] = summary
+    if type == "DELETED":
+        _node_health.pop(name, None)
+    for controller in _controllers.values():
+        controller.wake.set()
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def job_changed(namespace: str, name: str, type: str | None, **_: Any) -> None:
+    """Spec or scale changed: wake the job's controller."""
+    controller = _controllers.get((namespace, name))
+    if type == "DELETED":
+        metrics.forget_job(namespace, name)
+        if controller is not None:
+            controller.deleted = True  # no finalizer: end the loop ourselves; children go by ownerReferences
+    if controller is not None:
+        controller.wake.set()
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+async def run_job(
+    stopped: kopf.DaemonStopped,
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    logger: kopf.Logger,
+    worker_pods: kopf.Index[tuple[str, str], PodView],
+    nodes: kopf.Index[str, NodeView],
+    **_: Any,
+) -> None:
+    """One long-lived loop per job, for as long as the job exists and this operator is active."""
+    controller = JobController(_state["kube"], _state["settings"], namespace, name)
+    _controllers[(namespace, name)] = controller
+    try:
+        await controller.run(body, worker_pods, nodes, stopped, logger)
+    finally:
+        if _controllers.get((namespace, name)) is controller:
+            del _controllers[(namespace, name)]
+
+
+def _daemon_without_finalizer() -> None:
+    """kopf gives every daemon a finalizer; ours needs none (children are garbage-collected through
+    ownerReferences and the loop ends on the DELETED event), and a finalizer would block job and
+    namespace deletion whenever the operator is down. See docs/decisions.md."""
+    spawning = kopf.get_default_registry()._spawning
+    spawning._handlers = [
+        dataclasses.replace(h, requires_finalizer=False) if h.fn is run_job else h
+        for h in spawning._handlers
+    ]
+
+
+_daemon_without_finalizer()

@@ -1,0 +1,61 @@
+"""Prometheus metrics of the operator (names documented in docs/operations.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILES = Counter("llmjob_reconcile_total", "Reconcile passes")
+RECONCILE_ERRORS = Counter("llmjob_reconcile_errors_total", "Reconcile passes that raised")
+RECONCILE_SECONDS = Histogram(
+    "llmjob_reconcile_duration_seconds",
+    "Duration of one reconcile pass",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+JOBS = Gauge("llmjob_jobs", "Jobs by phase", ["phase"])
+JOB_REPLICAS = Gauge("llmjob_job_replicas", "Workers per job", ["namespace", "job", "kind"])
+FAILURES = Counter("llmjob_failures_detected_total", "Lost workers by detection signal", ["signal"])
+REPLACEMENTS = Counter("llmjob_replacements_total", "Lost workers deleted for replacement")
+RESIZES = Counter("llmjob_resizes_total", "Target size changes", ["direction"])
+PODS_CREATED = Counter("llmjob_pods_created_total", "Worker pods created")
+REACTION = Histogram(
+    "llmjob_reaction_seconds",
+    "From the failure signal's API timestamp to the lost worker's deletion (1 s timestamp resolution)",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)
+
+_phases: dict[tuple[str, str], str] = {}
+
+
+def observe_job(namespace: str, job: str, phase: str, desired: int, target: int, ready: int) -> None:
+    """Record a job's phase and sizes after a pass."""
+    _phases[(namespace, job)] = phase
+    for kind, value in (("desired", desired), ("target", target), ("ready", ready)):
+        JOB_REPLICAS.labels(namespace, job, kind).set(value)
+    _refresh_phases()
+
+
+def forget_job(namespace: str, job: str) -> None:
+    """Drop a deleted job's series."""
+    _phases.pop((namespace, job), None)
+    for kind in ("desired", "target", "ready"):
+        try:
+            JOB_REPLICAS.remove(namespace, job, kind)
+        except KeyError:
+            pass
+    _refresh_phases()
+
+
+def _refresh_phases() -> None:
+    counts: dict[str, int] = dict.fromkeys(
+        ("Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"), 0
+    )
+    for phase in _phases.values():
+        counts[phase] = counts.get(phase, 0) + 1
+    for phase, count in counts.items():
+        JOBS.labels(phase).set(count)
+
+
+def serve(port: int) -> None:
+    """Expose /metrics on this port (0 disables)."""
+    if port:
+        start_http_server(port)

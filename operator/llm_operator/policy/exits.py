@@ -1,0 +1,19 @@
+"""What a worker's exit means for the job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+ExitClass = Literal["success", "retry", "fatal"]
+
+
+def classify_exit(exit_code: int | None, reason: str, non_retryable: Iterable[int]) -> ExitClass:
+    """First match wins: evicted -> retry; 0 -> success; listed code -> fatal; anything else -> retry."""
+    if reason == "Evicted":
+        return "retry"
+    if exit_code == 0:
+        return "success"
+    if exit_code is not None and exit_code in set(non_retryable):
+        return "fatal"
+    return "retry"

@@ -1,0 +1,86 @@
+"""Is a worker healthy, lost (and why), failed or done? Ordered rules, first match wins."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from llm_operator.observe import (
+    TAINT_NOT_READY,
+    TAINT_UNREACHABLE,
+    TERMINATION_TAINTS,
+    NodeView,
+    PodView,
+)
+from llm_operator.policy.exits import classify_exit
+
+State = Literal["healthy", "pending", "lost", "fatal", "succeeded", "terminating"]
+
+# Signals (the `signal` label of llmjob_failures_detected_total, and event reasons).
+NODE_DELETED = "NodeDeleted"
+NODE_NOT_READY = "NodeNotReady"
+NODE_TERMINATING = "NodeTerminating"
+NODE_CORDONED = "NodeCordoned"
+POD_FAILED = "PodFailed"
+POD_EVICTED = "PodEvicted"
+
+
+@dataclass(frozen=True)
+class Health:
+    """The verdict on one worker pod."""
+
+    state: State
+    signal: str = ""
+    since: float | None = None
+    """When the signal became observable (epoch seconds), for reaction-time metrics."""
+    force: bool = False
+    """Delete with grace 0: the kubelet cannot act (node gone or unreachable)."""
+    recheck_at: float | None = None
+    """A grace period is running out at this time: look again then."""
+
+
+def node_lost_since(node: NodeView) -> float | None:
+    """Since when the node has been NotReady/unreachable (condition or taint), or None when healthy."""
+    times = [t[2] for t in node.taints if t[0] in (TAINT_UNREACHABLE, TAINT_NOT_READY) and t[2] is not None]
+    if not node.ready and node.not_ready_since is not None:
+        times.append(node.not_ready_since)
+    flagged = not node.ready or any(t[0] in (TAINT_UNREACHABLE, TAINT_NOT_READY) for t in node.taints)
+    if not flagged:
+        return None
+    return min(times) if times else 0.0
+
+
+def assess(pod: PodView, node: NodeView | None, now: float, grace: int, non_retryable: Iterable[int]) -> Health:
+    """Classify one worker pod. ``node`` is None when its node no longer exists."""
+    on_node = bool(pod.node)
+    if pod.deleting:
+        gone = on_node and (node is None or node_lost_since(node) is not None)
+        return Health("terminating", force=gone)
+    if pod.phase == "Succeeded":
+        return Health("succeeded")
+    if pod.phase == "Failed":
+        verdict = classify_exit(pod.exit_code, pod.reason, non_retryable)
+        if verdict == "success":
+            return Health("succeeded")
+        if verdict == "fatal":
+            return Health("fatal", POD_FAILED)
+        return Health("lost", POD_EVICTED if pod.reason == "Evicted" else POD_FAILED)
+    if not on_node:
+        return Health("pending")
+    if node is None:
+        return Health("lost", NODE_DELETED, force=True)
+    for key in TERMINATION_TAINTS:
+        taint = node.taint(key)
+        if taint is not None:
+            return Health("lost", NODE_TERMINATING, since=taint[2])
+    if node.unschedulable:
+        cordon = node.taint("node.kubernetes.io/unschedulable")
+        return Health("lost", NODE_CORDONED, since=cordon[2] if cordon else None)
+    since = node_lost_since(node)
+    if since is not None:
+        due = since + grace
+        if now >= due:
+            return Health("lost", NODE_NOT_READY, since=since or None, force=True)
+        return Health("healthy", recheck_at=due)
+    return Health("healthy")

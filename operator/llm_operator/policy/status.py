@@ -1,0 +1,83 @@
+"""Phase and conditions from what was observed and decided this pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator.observe import format_time
+
+
+@dataclass(frozen=True)
+class PhaseInput:
+    """Facts the phase depends on."""
+
+    suspended: bool
+    terminal_phase: str | None
+    """Succeeded/Failed once reached (sticky), or the one reached this pass."""
+    started: bool
+    ready: int
+    active: int
+    target: int
+    desired: int
+    replacing: bool
+    """Lost or failed workers are being replaced (a restart in progress)."""
+    previous_phase: str
+
+
+def decide_phase(p: PhaseInput) -> str:
+    """Ordered rules, first match wins."""
+    if p.terminal_phase:
+        return p.terminal_phase
+    if p.suspended:
+        return "Suspended"
+    settled = p.ready == p.target and p.active == p.target
+    if settled and p.target > 0:
+        return "Running"
+    if not p.started:
+        return "Pending"
+    if p.replacing or (p.previous_phase == "Restarting" and not settled):
+        return "Restarting"
+    return "Scaling"
+
+
+def _condition(ctype: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def conditions(
+    phase: str, target: int, desired: int, size_reason: str, message: str, generation: int
+) -> list[dict[str, Any]]:
+    """Ready, Degraded (smaller than desired), Suspended, and the terminal Complete/Failed."""
+    out = [
+        _condition("Ready", phase == "Running", phase, message if phase != "Running" else "all workers ready", generation),
+        _condition(
+            "Degraded",
+            phase not in ("Suspended", "Succeeded", "Failed") and target < desired,
+            "AtDesiredSize" if target >= desired else "InsufficientCapacity",
+            f"running at {target} of desired {desired} workers" + (f": {size_reason}" if size_reason else ""),
+            generation,
+        ),
+        _condition("Suspended", phase == "Suspended", "Suspended" if phase == "Suspended" else "NotSuspended", "", generation),
+    ]
+    if phase in ("Succeeded", "Failed"):
+        out.append(_condition("Complete" if phase == "Succeeded" else "Failed", True, phase, message, generation))
+    return out
+
+
+def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """Keep lastTransitionTime when a condition's status did not change."""
+    previous = {c.get("type"): c for c in old}
+    merged = []
+    for cond in new:
+        before = previous.get(cond["type"])
+        same = before is not None and before.get("status") == cond["status"]
+        stamp = before.get("lastTransitionTime") if same and before is not None else None
+        merged.append({**cond, "lastTransitionTime": stamp or format_time(now)})
+    return merged
