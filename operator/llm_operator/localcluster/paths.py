@@ -26,3 +26,14 @@ def repo_root() -> Path:
     raise FileNotFoundError(
         "cannot find deploy/local/tools: run from a checkout of elastic-llm-operator or set LLMJOB_REPO_ROOT"
     )
+
+
+def crds_dir() -> Path | None:
+    """The checkout's ``crds/`` folder (``$LLMJOB_CRDS_DIR`` wins); ``None`` outside a checkout."""
+    explicit = os.environ.get("LLMJOB_CRDS_DIR")
+    if explicit:
+        return Path(explicit)
+    try:
+        return repo_root() / "crds"
+    except FileNotFoundError:
+        return None

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm_operator.localcluster.errors import LocalClusterError
 from llm_operator.localcluster.paths import cache_root, repo_root
 
 KUBE_VERSION = "v1.36.3"
@@ -91,7 +92,7 @@ GROUPS: tuple[ToolGroup, ...] = (
 ALL_TOOLS: tuple[str, ...] = tuple(name for g in GROUPS for name in g.commands)
 
 
-class ToolError(RuntimeError):
+class ToolError(LocalClusterError):
     """A tool could not be found or built; the message says what to do."""
 
 
@@ -268,3 +269,27 @@ def bin_dir_for(paths: dict[str, Path]) -> Path:
             link.unlink()
         link.symlink_to(path)
     return target
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """One tool as ``llmjob tools list`` shows it."""
+
+    name: str
+    version: str
+    path: Path
+    source: str  # "built" | "missing" | "env"
+
+
+def describe(tools: Iterable[str] = ALL_TOOLS) -> list[ToolInfo]:
+    """Where each tool is (or would be) and which pinned version it is; builds nothing."""
+    infos = []
+    for tool in tools:
+        group = _group_of(tool)
+        from_env = _from_environment(tool)
+        if from_env is not None:
+            infos.append(ToolInfo(tool, group.version, from_env, "env"))
+            continue
+        path = group_dir(group) / tool
+        infos.append(ToolInfo(tool, group.version, path, "built" if path.is_file() else "missing"))
+    return infos

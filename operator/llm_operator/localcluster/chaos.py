@@ -1,0 +1,314 @@
+"""Failure injection on the local cluster: what EKS does to GPU nodes and pods, on demand.
+
+Every function talks to the cluster of ``kube`` (default: our kubectl against ``$KUBECONFIG``) and, with
+``wait=True``, returns only once the cluster shows the resulting state, so callers never sleep.
+
+- :func:`node_not_ready` / :func:`node_ready`: the fake kubelet stops / resumes reporting Ready (kwok Stage
+  keyed on a node label). kube-controller-manager then taints the node and marks its pods not ready, so a
+  deleted pod there stays Terminating until it is force-deleted, as with a dead kubelet.
+- :func:`delete_node` / :func:`add_node`: capacity leaves / comes back.
+- :func:`taint_for_termination`: the taint Karpenter, the AWS Node Termination Handler (spot
+  interruption) or a cordon puts on a node that is about to go; :func:`clear_termination` undoes it.
+- :func:`fail_pod`: the pod's containers exit with a given code (kwok Stage keyed on a pod annotation).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Literal, get_args
+
+from llm_operator.localcluster import marks, nodes
+from llm_operator.localcluster.errors import LocalClusterError
+from llm_operator.localcluster.kubectl import Kubectl, KubectlError
+from llm_operator.localcluster.waiting import poll
+
+TerminationKind = Literal["karpenter", "spot", "cordon"]
+TERMINATION_KINDS: tuple[str, ...] = get_args(TerminationKind)
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+SPOT_EVENT_ID = "spot-itn-llmjob-local"  # NTH puts the interruption event's id in the taint value
+DEFAULT_TIMEOUT_S = 30.0
+CONFLICT_RETRIES = 10
+
+
+def termination_taint(kind: TerminationKind) -> dict[str, str]:
+    """The taint a node carries once it is marked for termination by ``kind``."""
+    if kind == "karpenter":
+        return {"key": marks.KARPENTER_DISRUPTED_TAINT, "effect": "NoSchedule"}
+    if kind == "spot":
+        return {"key": marks.SPOT_INTERRUPTION_TAINT, "value": SPOT_EVENT_ID, "effect": "NoSchedule"}
+    if kind == "cordon":
+        return {"key": marks.UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    raise LocalClusterError(f"unknown termination kind {kind!r}; use one of {', '.join(TERMINATION_KINDS)}")
+
+
+def _kube(kube: Kubectl | None) -> Kubectl:
+    return kube if kube is not None else Kubectl.from_env()
+
+
+def _node(kube: Kubectl, node: str) -> dict[str, Any]:
+    obj = kube.get("node", node)
+    if obj is None:
+        raise LocalClusterError(f"node {node} does not exist")
+    return obj
+
+
+def condition(obj: dict[str, Any], kind: str) -> str | None:
+    """Status ("True"/"False"/"Unknown") of condition ``kind`` of a node or pod, ``None`` if absent."""
+    for cond in obj.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == kind:
+            status: str = cond.get("status", "")
+            return status
+    return None
+
+
+def _taint_keys(node: dict[str, Any]) -> set[str]:
+    return {t["key"] for t in node.get("spec", {}).get("taints", []) or []}
+
+
+def pods_on_node(kube: Kubectl, node: str) -> list[dict[str, Any]]:
+    return kube.items("pods", "--all-namespaces", f"--field-selector=spec.nodeName={node}")
+
+
+# ----------------------------------------------------------------------------------------- node health
+def node_not_ready(
+    node: str, *, kube: Kubectl | None = None, wait: bool = True, timeout: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Make ``node`` report Ready=False; with ``wait``, until its running pods are marked not ready too."""
+    k = _kube(kube)
+    _node(k, node)
+    k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}=true", "--overwrite")
+    if not wait:
+        return
+    poll(
+        lambda: condition(_node(k, node), "Ready") == "False",
+        timeout=timeout,
+        what=f"node {node} to report Ready=False",
+    )
+
+    def pods_marked() -> bool | list[str]:
+        still_ready = [
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+            for p in pods_on_node(k, node)
+            if p["status"].get("phase") == "Running" and condition(p, "Ready") == "True"
+        ]
+        return not still_ready or False
+
+    poll(pods_marked, timeout=timeout, what=f"kube-controller-manager to mark the pods on {node} not ready")
+
+
+def node_ready(
+    node: str, *, kube: Kubectl | None = None, wait: bool = True, timeout: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Undo :func:`node_not_ready`: Ready=True again, not-ready taints gone, running pods ready again.
+
+    A real kubelet that comes back reports its still-running containers ready; kwok does not re-run a
+    Stage for them, so this function does it (and pods that were Terminating then finish deleting).
+    """
+    k = _kube(kube)
+    _node(k, node)
+    k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}-")
+    if not wait:
+        return
+
+    def recovered() -> bool:
+        obj = _node(k, node)
+        return condition(obj, "Ready") == "True" and NOT_READY_TAINT not in _taint_keys(obj)
+
+    poll(recovered, timeout=timeout, what=f"node {node} to be Ready without {NOT_READY_TAINT} taints")
+    for pod in pods_on_node(k, node):
+        if pod["status"].get("phase") == "Running" and condition(pod, "Ready") != "True":
+            _mark_pod_ready(k, pod)
+
+
+def _mark_pod_ready(kube: Kubectl, pod: dict[str, Any]) -> None:
+    conditions = [{"type": t, "status": "True"} for t in ("ContainersReady", "Ready")]
+    try:
+        kube.patch(
+            "pod",
+            pod["metadata"]["name"],
+            {"status": {"conditions": conditions}},
+            namespace=pod["metadata"]["namespace"],
+            patch_type="strategic",
+            subresource="status",
+        )
+    except KubectlError as exc:
+        if not exc.not_found:  # deleted meanwhile: nothing left to mark
+            raise
+
+
+# ---------------------------------------------------------------------------------------- capacity
+def delete_node(
+    node: str, *, kube: Kubectl | None = None, wait: bool = True, timeout: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Remove the Node object (the instance is gone). Its pods are left to the pod garbage collector."""
+    k = _kube(kube)
+    _node(k, node)
+    k.run(
+        "delete",
+        "node",
+        node,
+        f"--wait={'true' if wait else 'false'}",
+        f"--timeout={int(timeout)}s",
+        timeout=timeout + 10,
+    )
+
+
+def add_node(
+    name: str | None = None,
+    *,
+    kind: nodes.NodeKind = "gpu",
+    zone: str | None = None,
+    kube: Kubectl | None = None,
+    wait: bool = True,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> str:
+    """Add a fake node shaped like the others of ``kind`` (default: the next free ``<kind>-node-<i>``)."""
+    if kind not in nodes.SHAPES:
+        raise LocalClusterError(f"unknown node kind {kind!r}; use gpu or cpu")
+    k = _kube(kube)
+    existing = {n["metadata"]["name"] for n in k.items("nodes")}
+    index = 0
+    if name is None:
+        while nodes.node_name(kind, index) in existing:
+            index += 1
+        name = nodes.node_name(kind, index)
+    elif name in existing:
+        raise LocalClusterError(f"node {name} already exists")
+    k.create(nodes.node_manifest(name, kind, zone or nodes.default_zone(kind, index)))
+    if wait:
+        poll(
+            lambda: condition(_node(k, name), "Ready") == "True",
+            timeout=timeout,
+            what=f"new node {name} to be Ready",
+        )
+    return name
+
+
+# ------------------------------------------------------------------------------------ termination taints
+def _update_node_spec(kube: Kubectl, node: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Read-modify-write of ``spec`` with the resourceVersion as precondition (retried on conflict)."""
+    for _ in range(CONFLICT_RETRIES):
+        obj = _node(kube, node)
+        patch = {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            "spec": change(obj.get("spec", {})),
+        }
+        try:
+            kube.run("patch", "node", node, "--type=merge", "-p", json.dumps(patch))
+            return
+        except KubectlError as exc:
+            if not exc.conflict:
+                raise
+    raise LocalClusterError(f"node {node} kept changing under us: gave up after {CONFLICT_RETRIES} conflicts")
+
+
+def taint_for_termination(node: str, kind: TerminationKind, *, kube: Kubectl | None = None) -> None:
+    """Mark ``node`` as about to be terminated by ``kind`` (karpenter | spot | cordon)."""
+    taint = termination_taint(kind)
+
+    def change(spec: dict[str, Any]) -> dict[str, Any]:
+        taints = [t for t in spec.get("taints", []) or [] if t["key"] != taint["key"]]
+        new: dict[str, Any] = {"taints": [*taints, taint]}
+        if kind == "cordon":
+            new["unschedulable"] = True
+        return new
+
+    _update_node_spec(_kube(kube), node, change)
+
+
+def clear_termination(node: str, kind: TerminationKind, *, kube: Kubectl | None = None) -> None:
+    """Undo :func:`taint_for_termination` (for ``cordon``: uncordon)."""
+    key = termination_taint(kind)["key"]
+
+    def change(spec: dict[str, Any]) -> dict[str, Any]:
+        new: dict[str, Any] = {"taints": [t for t in spec.get("taints", []) or [] if t["key"] != key]}
+        if kind == "cordon":
+            new["unschedulable"] = None
+        return new
+
+    _update_node_spec(_kube(kube), node, change)
+
+
+# ----------------------------------------------------------------------------------------------- pods
+def fail_pod(
+    namespace: str,
+    pod: str,
+    exit_code: int,
+    *,
+    kube: Kubectl | None = None,
+    wait: bool = True,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Make the pod's main containers exit with ``exit_code`` (0: phase Succeeded, else Failed)."""
+    if not 0 <= exit_code <= 255:
+        raise LocalClusterError(f"exit code must be within 0..255, got {exit_code}")
+    k = _kube(kube)
+    if k.get("pod", pod, namespace) is None:
+        raise LocalClusterError(f"pod {namespace}/{pod} does not exist")
+    k.run(
+        "annotate",
+        "pod",
+        pod,
+        "--namespace",
+        namespace,
+        f"{marks.POD_EXIT_CODE_ANNOTATION}={exit_code}",
+        "--overwrite",
+    )
+    if not wait:
+        return
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+
+    def exited() -> bool:
+        obj = k.get("pod", pod, namespace)
+        if obj is None:
+            raise LocalClusterError(f"pod {namespace}/{pod} was deleted before it exited")
+        codes = [
+            s.get("state", {}).get("terminated", {}).get("exitCode")
+            for s in obj["status"].get("containerStatuses", [])
+        ]
+        return obj["status"].get("phase") == phase and bool(codes) and all(c == exit_code for c in codes)
+
+    poll(exited, timeout=timeout, what=f"pod {namespace}/{pod} to be {phase} with exit code {exit_code}")
+
+
+# -------------------------------------------------------------------------------------------- restore
+def restore_nodes(
+    baseline: list[dict[str, Any]], *, kube: Kubectl | None = None, timeout: float = DEFAULT_TIMEOUT_S
+) -> list[str]:
+    """Bring the node set back to ``baseline`` (Node manifests) after fault injection.
+
+    Extra nodes are deleted, missing ones created, not-ready marks and termination taints cleared; returns
+    the names of the nodes that had to change (empty when nothing had been touched).
+    """
+    k = _kube(kube)
+    wanted = {m["metadata"]["name"]: m for m in baseline}
+    current = {n["metadata"]["name"]: n for n in k.items("nodes")}
+    changed: list[str] = []
+    for name in sorted(current.keys() - wanted.keys()):
+        k.run("delete", "node", name, "--wait=false")
+        changed.append(name)
+    for name in sorted(current.keys() & wanted.keys()):
+        obj = current[name]
+        touched = False
+        if marks.NODE_NOT_READY_LABEL in obj["metadata"].get("labels", {}):
+            node_ready(name, kube=k, timeout=timeout)
+            touched = True
+        keys = _taint_keys(obj)
+        for kind in get_args(TerminationKind):
+            cordoned = kind == "cordon" and obj.get("spec", {}).get("unschedulable", False)
+            if termination_taint(kind)["key"] in keys or cordoned:
+                clear_termination(name, kind, kube=k)
+                touched = True
+        if touched:
+            changed.append(name)
+    for name in sorted(wanted.keys() - current.keys()):
+        k.create(wanted[name])
+        changed.append(name)
+
+    def all_ready() -> bool | list[str]:
+        ready = {n["metadata"]["name"] for n in k.items("nodes") if condition(n, "Ready") == "True"}
+        return wanted.keys() <= ready or False
+
+    poll(all_ready, timeout=timeout, what=f"baseline nodes {', '.join(sorted(wanted))} to be Ready")
+    return changed

@@ -1,0 +1,388 @@
+"""One local control plane: kwokctl's binary runtime running our pinned binaries, plus fake nodes.
+
+Layout (all under the per-machine cache, see :mod:`paths`)::
+
+    kwok/                       KWOK_WORKDIR of every cluster we start
+      clusters/<name>/          kwokctl's own folder: kubeconfig.yaml, logs/<component>.log, pids/, etcd/
+      configs/<name>.yaml       the --config we gave kwokctl (options + our Stages), kept for debugging
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_operator.localcluster import kwokconfig, marks, nodes, paths, tools
+from llm_operator.localcluster.errors import LocalClusterError
+from llm_operator.localcluster.kubectl import Kubectl
+from llm_operator.localcluster.waiting import poll
+
+DEFAULT_NAME = "llmjob"
+DEFAULT_GPU_NODES = 4
+DEFAULT_CPU_NODES = 2
+CLUSTER_TOOLS = (
+    "kwokctl",
+    "kwok",
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+)
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+START_TIMEOUT_S = 180.0
+
+
+def say(message: str) -> None:
+    """Progress goes to stderr, so stdout stays clean for what scripts read (paths, exports)."""
+    print(f"[cluster] {message}", file=sys.stderr, flush=True)
+
+
+def kwok_workdir() -> Path:
+    return paths.cache_root() / "kwok"
+
+
+def cluster_names() -> list[str]:
+    """Clusters that kwokctl knows of under our work dir (running or stopped)."""
+    root = kwok_workdir() / "clusters"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "kwok.yaml").is_file())
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise LocalClusterError(
+                f"port {port} on {host} is not free for kube-apiserver ({exc.strerror}): "
+                "pick another with --port, or leave it out for a free one"
+            ) from exc
+
+
+def validate_name(name: str) -> str:
+    ok = name and len(name) <= 40 and name[0].isalnum() and all(c.isalnum() or c in "-_" for c in name)
+    if not ok:
+        raise LocalClusterError(f"invalid cluster name {name!r}: use letters, digits, '-' or '_' (max 40)")
+    return name
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    name: str
+    role: str
+    ready: bool
+    gpus: int
+    efa: int
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    name: str
+    exists: bool
+    running: bool
+    kubeconfig: Path
+    components: dict[str, str] = field(default_factory=dict)  # name -> "running" | "stopped"
+    nodes: list[NodeSummary] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        if not self.exists:
+            return [f"cluster {self.name}: does not exist"]
+        state = "running" if self.running else "not running"
+        out = [f"cluster {self.name}: {state}", f"  kubeconfig: {self.kubeconfig}"]
+        out += [f"  {name}: {state}" for name, state in self.components.items()]
+        if self.running:
+            ready = sum(n.ready for n in self.nodes)
+            gpus = sum(n.gpus for n in self.nodes if n.ready)
+            out.append(f"  nodes: {ready}/{len(self.nodes)} Ready, {gpus} {marks.GPU_RESOURCE} allocatable")
+            for n in self.nodes:
+                state = "Ready" if n.ready else "NotReady"
+                out.append(f"    {n.name:<16} {n.role:<4} {state:<9} gpu={n.gpus} efa={n.efa}")
+        return out
+
+
+def summarize_node(node: dict[str, Any]) -> NodeSummary:
+    meta = node["metadata"]
+    status = node.get("status", {})
+    allocatable = status.get("allocatable", {})
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+    return NodeSummary(
+        name=meta["name"],
+        role=meta.get("labels", {}).get(marks.NODE_ROLE_LABEL, "?"),
+        ready=ready,
+        gpus=int(allocatable.get(marks.GPU_RESOURCE, "0")),
+        efa=int(allocatable.get(marks.EFA_RESOURCE, "0")),
+    )
+
+
+class LocalCluster:
+    """A named local cluster. Cheap to construct; nothing starts until :meth:`up`."""
+
+    def __init__(self, name: str = DEFAULT_NAME, tool_paths: dict[str, Path] | None = None) -> None:
+        self.name = validate_name(name)
+        self._tools = tool_paths
+
+    # ------------------------------------------------------------------ where things are
+    @property
+    def tools(self) -> dict[str, Path]:
+        """Paths of the binaries this cluster runs (built on first access when missing)."""
+        if self._tools is None:
+            self._tools = tools.ensure(CLUSTER_TOOLS)
+        return self._tools
+
+    @property
+    def workdir(self) -> Path:
+        return kwok_workdir() / "clusters" / self.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig.yaml"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def config_path(self) -> Path:
+        return kwok_workdir() / "configs" / f"{self.name}.yaml"
+
+    @property
+    def kube(self) -> Kubectl:
+        return Kubectl(self.tools["kubectl"], self.kubeconfig)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run our kubectl against this cluster (see :meth:`Kubectl.run`)."""
+        return self.kube.run(*args, input=input, check=check, timeout=timeout)
+
+    def exists(self) -> bool:
+        return (self.workdir / "kwok.yaml").is_file()
+
+    def log_files(self) -> list[Path]:
+        return sorted(self.logs_dir.glob("*.log")) if self.logs_dir.is_dir() else []
+
+    # ------------------------------------------------------------------ kwokctl
+    def _kwokctl_env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KWOK_WORKDIR": str(kwok_workdir()),
+            "KWOK_KUBECTL_BINARY": str(self.tools["kubectl"]),
+            "KWOK_RUNTIME": "binary",
+        }
+
+    def _kwokctl(self, *args: str, stream: bool = False, timeout: float = START_TIMEOUT_S) -> str:
+        argv = [str(self.tools["kwokctl"]), "--name", self.name, *args]
+        if not stream:
+            result = subprocess.run(
+                argv, env=self._kwokctl_env(), capture_output=True, text=True, timeout=timeout, check=False
+            )
+            if result.returncode != 0:
+                raise LocalClusterError(
+                    f"kwokctl {' '.join(args[:2])} for cluster {self.name} failed: "
+                    f"{_last_line(result.stderr)}"
+                )
+            return result.stdout
+        # Streamed: kwokctl logs each step on stderr; echo it as progress and keep it for errors.
+        log_path = kwok_workdir() / "configs" / f"{self.name}.kwokctl.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        lines: list[str] = []
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                argv, env=self._kwokctl_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            watchdog = threading.Timer(timeout, proc.kill)
+            watchdog.start()
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    log.write(line)
+                    lines.append(line.rstrip())
+                    say(f"kwokctl: {line.rstrip()}")
+                code = proc.wait()
+            finally:
+                watchdog.cancel()
+        if code < 0:
+            lines.append(f"killed after {timeout:.0f}s")
+        if code != 0:
+            raise LocalClusterError(
+                f"kwokctl {' '.join(args[:2])} for cluster {self.name} failed (exit {code}): "
+                f"{_last_line(chr(10).join(lines))} (full output in {log_path})"
+            )
+        return "\n".join(lines)
+
+    def _create_argv(self) -> list[str]:
+        t = self.tools
+        return [
+            "create", "cluster",
+            "--runtime", "binary",
+            "--config", str(self.config_path),
+            "--kubeconfig", "",  # never touch ~/.kube/config: the kubeconfig stays in our work dir
+            "--kube-apiserver-binary", str(t["kube-apiserver"]),
+            "--kube-controller-manager-binary", str(t["kube-controller-manager"]),
+            "--kube-scheduler-binary", str(t["kube-scheduler"]),
+            "--kwok-controller-binary", str(t["kwok"]),
+            "--etcd-binary", str(t["etcd"]),
+            "--timeout", f"{int(START_TIMEOUT_S)}s",
+        ]  # fmt: skip
+
+    # ------------------------------------------------------------------ lifecycle
+    def is_running(self) -> bool:
+        """The apiserver answers /readyz (the other components are checked by :meth:`status`)."""
+        if not self.kubeconfig.is_file():
+            return False
+        result = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+        return result.returncode == 0 and result.stdout.strip() == "ok"
+
+    def up(
+        self,
+        gpu_nodes: int = DEFAULT_GPU_NODES,
+        cpu_nodes: int = DEFAULT_CPU_NODES,
+        *,
+        port: int = 0,
+        crds_dir: Path | None = None,
+    ) -> bool:
+        """Start (or resume) the cluster, add the nodes if it has none, install CRDs.
+
+        Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
+        """
+        started = time.monotonic()
+        tool_paths = self.tools  # builds first, with its own progress
+        if self.exists() and self.is_running():
+            say(f"cluster {self.name} is already running")
+            fresh = False
+        else:
+            if port and not self.exists():
+                check_port_free(port)
+            say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
+            self.config_path.parent.mkdir(parents=True, exist_ok=True)
+            self.config_path.write_text(kwokconfig.render(kwokconfig.KwokctlSettings(apiserver_port=port)))
+            self._kwokctl(*self._create_argv(), stream=True)
+            poll(
+                self.is_running,
+                timeout=60,
+                what=f"kube-apiserver of cluster {self.name} to answer /readyz",
+                interval=0.2,
+            )
+            fresh = True
+        del tool_paths
+        if not self.kube.items("nodes"):
+            self.add_nodes(nodes.cluster_nodes(gpu_nodes, cpu_nodes))
+        elif fresh is False:
+            say("nodes already present: --nodes/--cpu-nodes ignored (use `llmjob chaos add-node` to add)")
+        self.install_crds(crds_dir if crds_dir is not None else paths.crds_dir())
+        self.wait_default_service_account()
+        say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")
+        return fresh
+
+    def add_nodes(self, manifests: Iterable[dict[str, Any]], *, timeout: float = 60.0) -> list[str]:
+        """Create nodes (existing ones are left alone) and wait until kwok reports them Ready."""
+        names = []
+        for manifest in manifests:
+            self.kube.create(manifest)
+            names.append(manifest["metadata"]["name"])
+        if names:
+            say(f"waiting for {len(names)} node(s) to be Ready: {', '.join(names)}")
+            poll(
+                lambda: self._all_ready(names), timeout=timeout, what=f"nodes {', '.join(names)} to be Ready"
+            )
+        return names
+
+    def _all_ready(self, names: list[str]) -> bool | list[str]:
+        by_name = {n.name: n for n in map(summarize_node, self.kube.items("nodes"))}
+        not_ready = [n for n in names if not (n in by_name and by_name[n].ready)]
+        return not not_ready or False
+
+    def install_crds(self, crds_dir: Path | None) -> list[str]:
+        """Apply every YAML file of ``crds_dir`` (if it exists) and wait until each CRD is Established."""
+        if crds_dir is None or not crds_dir.is_dir():
+            return []
+        files = sorted([*crds_dir.glob("*.yaml"), *crds_dir.glob("*.yml")])
+        if not files:
+            return []
+        say(f"installing {len(files)} CRD file(s) from {crds_dir}")
+        args: list[str] = []
+        for f in files:
+            args += ["-f", str(f)]
+        out = self.kubectl(
+            "apply", "--server-side", "--field-manager=llmjob", "--force-conflicts", *args, "-o", "name"
+        ).stdout
+        crds = [line.strip() for line in out.splitlines() if "customresourcedefinition" in line]
+        if crds:
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, timeout=70)
+        return crds
+
+    def wait_default_service_account(self, namespace: str = "default", timeout: float = 30.0) -> None:
+        """Pods are refused until the namespace's ``default`` ServiceAccount exists: wait for it."""
+        poll(
+            lambda: self.kube.get("serviceaccount", "default", namespace) is not None,
+            timeout=timeout,
+            what=f"ServiceAccount {namespace}/default",
+        )
+
+    def down(self) -> bool:
+        """Stop every component and delete the cluster's files; ``False`` when it did not exist."""
+        if not self.exists():
+            return False
+        say(f"deleting cluster {self.name}")
+        self._kwokctl("delete", "cluster", stream=True, timeout=120)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.config_path.unlink(missing_ok=True)
+        return True
+
+    def status(self) -> ClusterStatus:
+        if not self.exists():
+            return ClusterStatus(self.name, exists=False, running=False, kubeconfig=self.kubeconfig)
+        running = self.is_running()
+        components = {c: ("running" if self._component_alive(c) else "stopped") for c in COMPONENTS}
+        node_list = [summarize_node(n) for n in self.kube.items("nodes")] if running else []
+        return ClusterStatus(self.name, True, running, self.kubeconfig, components, node_list)
+
+    def _component_alive(self, component: str) -> bool:
+        pid_file = self.workdir / "pids" / f"{component}.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def component_pids(self) -> dict[str, int]:
+        """PIDs of the running components (for memory accounting)."""
+        pids = {}
+        for component in COMPONENTS:
+            try:
+                pids[component] = int((self.workdir / "pids" / f"{component}.pid").read_text().strip())
+            except (OSError, ValueError):
+                continue
+        return pids
+
+    def collect_logs(self, dest: Path) -> list[Path]:
+        """Copy every component log into ``dest`` (call before :meth:`down`, which deletes them)."""
+        dest.mkdir(parents=True, exist_ok=True)
+        copied = []
+        for log in self.log_files():
+            target = dest / log.name
+            shutil.copyfile(log, target)
+            copied.append(target)
+        return copied
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"

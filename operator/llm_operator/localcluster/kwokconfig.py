@@ -1,0 +1,112 @@
+"""The config file handed to ``kwokctl create cluster --config``: kwokctl options, kwok options, Stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from llm_operator.localcluster import tools
+
+STAGES_RESOURCE = "kwok-stages.yaml"
+CONFIG_API = "config.kwok.x-k8s.io/v1alpha1"
+
+# kube-controller-manager: controllers a training cluster never exercises here stay off (2 cores), by
+# their canonical names (an unknown name stops kube-controller-manager). Kept on: node lifecycle
+# (NotReady, taints, marking pods not ready), taint eviction, pod GC, namespaces, garbage collection,
+# deployments/replicasets (rendezvous servers), jobs, services/endpoint slices, service accounts,
+# disruption budgets (evictions), ClusterRole aggregation and service CIDRs.
+DISABLED_CONTROLLERS = (
+    "cronjob-controller",
+    "horizontal-pod-autoscaler-controller",
+    "statefulset-controller",
+    "daemonset-controller",
+    "resourcequota-controller",
+    "replicationcontroller-controller",
+    "endpointslice-mirroring-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-expander-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-attach-detach-controller",
+    "ephemeral-volume-controller",
+    "ttl-controller",
+    "ttl-after-finished-controller",
+    "certificatesigningrequest-signing-controller",
+    "certificatesigningrequest-approving-controller",
+    "certificatesigningrequest-cleaner-controller",
+    "podcertificaterequest-cleaner-controller",
+    "root-ca-certificate-publisher-controller",
+    "storageversion-garbage-collector-controller",
+    "resourceclaim-controller",
+    "device-taint-eviction-controller",
+    "selinux-warning-controller",
+    "volumeattributesclass-protection-controller",
+    "legacy-serviceaccount-token-cleaner-controller",
+)
+
+
+@dataclass(frozen=True)
+class KwokctlSettings:
+    """What varies between clusters; everything else is fixed for a lean, fast local control plane."""
+
+    apiserver_port: int = 0  # 0: kwokctl picks a free port
+    node_monitor_period_ms: int = 1000  # how fast NotReady nodes are noticed (default 5s)
+    node_monitor_grace_period_ms: int = 40000
+    node_lease_duration_s: int = 40
+    pod_cidr: str = "10.0.0.0/16"
+
+
+def stages_text() -> str:
+    """The Stage documents shipped with the package (they replace kwok's built-in ones)."""
+    return resources.files("llm_operator.localcluster").joinpath("data", STAGES_RESOURCE).read_text()
+
+
+def stages() -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(stages_text()) if doc]
+
+
+def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
+    controllers = ",".join(["*", *(f"-{name}" for name in DISABLED_CONTROLLERS)])
+    options: dict[str, Any] = {
+        "runtime": "binary",
+        "kubeVersion": tools.KUBE_VERSION,
+        "etcdVersion": tools.ETCD_VERSION.lstrip("v"),
+        "kwokVersion": tools.KWOK_VERSION,
+        "bindAddress": "127.0.0.1",
+        "securePort": True,
+        "quietPull": True,
+        "disableQPSLimits": True,
+        "kubeControllerManagerNodeMonitorPeriodMilliseconds": settings.node_monitor_period_ms,
+        "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": settings.node_monitor_grace_period_ms,
+        "nodeLeaseDurationSeconds": settings.node_lease_duration_s,
+        "heartbeatFactor": 1,  # kwokctl multiplies the three timings above by 5 unless told otherwise
+    }
+    if settings.apiserver_port:
+        options["kubeApiserverPort"] = settings.apiserver_port
+    return {
+        "apiVersion": CONFIG_API,
+        "kind": "KwokctlConfiguration",
+        "options": options,
+        "componentsPatches": [
+            {"name": "kube-controller-manager", "extraArgs": [{"key": "controllers", "value": controllers}]},
+        ],
+    }
+
+
+def kwok_configuration(settings: KwokctlSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": CONFIG_API,
+        "kind": "KwokConfiguration",
+        "options": {"cidr": settings.pod_cidr},
+    }
+
+
+def render(settings: KwokctlSettings) -> str:
+    """The whole multi-document config file."""
+    head = yaml.safe_dump_all(
+        [kwokctl_configuration(settings), kwok_configuration(settings)], sort_keys=False
+    )
+    return f"{head}---\n{stages_text()}"

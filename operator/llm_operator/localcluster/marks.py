@@ -1,0 +1,25 @@
+"""Label, annotation and taint keys that the fake nodes and the fault injection rely on.
+
+The kwok Stages in ``data/kwok-stages.yaml`` match on the same keys: change both together.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Node label: "true" makes the node's fake kubelet report Ready=False (the node-not-ready Stage).
+NODE_NOT_READY_LABEL: Final = "elasticllm.dev/fake-not-ready"
+# Pod annotation: the integer exit code the pod's main containers terminate with (0 -> Succeeded).
+POD_EXIT_CODE_ANNOTATION: Final = "elasticllm.dev/fake-exit-code"
+# Node label that tells the fake GPU nodes from the fake CPU nodes.
+NODE_ROLE_LABEL: Final = "elasticllm.dev/fake-node-role"
+
+# What EKS GPU nodes carry (the NVIDIA device plugin's resource and the EKS GPU AMI's taint).
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"
+GPU_TAINT_KEY: Final = "nvidia.com/gpu"
+
+# Taints that announce a node is about to go away.
+KARPENTER_DISRUPTED_TAINT: Final = "karpenter.sh/disrupted"  # Karpenter v1, effect NoSchedule
+SPOT_INTERRUPTION_TAINT: Final = "aws-node-termination-handler/spot-itn"  # AWS NTH, effect NoSchedule
+UNSCHEDULABLE_TAINT: Final = "node.kubernetes.io/unschedulable"  # what a cordon leads to

@@ -1,0 +1,114 @@
+"""Fixtures shared by every test tier (see docs/CONTRACTS.md, "Test fixtures").
+
+- ``cluster`` (session): one local control plane for the whole run, named ``pytest-<pid>``: tools are
+  built if missing, CRDs from ``crds/`` installed, ``KUBECONFIG`` exported; torn down at the end. After
+  each test that used it, the node set is restored (chaos leaves nothing behind). When a test fails, the
+  tails of every component log are attached to its report; full logs are kept under pytest's temp dir.
+- ``namespace`` (function): a fresh namespace per test, deleted afterwards (pods force-deleted first,
+  so pods stuck Terminating on a NotReady node cannot hold it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import support.*` in every import mode
+
+from llm_operator.localcluster import chaos, nodes, paths
+from llm_operator.localcluster.cluster import LocalCluster
+from support.wait import wait_for
+
+TEST_GPU_NODES = int(os.environ.get("LLMJOB_TEST_GPU_NODES", "4"))
+TEST_CPU_NODES = int(os.environ.get("LLMJOB_TEST_CPU_NODES", "2"))
+LOG_TAIL_LINES = 40
+
+_session_cluster: LocalCluster | None = None  # set while the session cluster exists (even half-started)
+_session_ready = False  # set once it is up: only then are nodes restored after each test
+_session_logs: Path | None = None
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The session's local cluster (``LocalCluster``: .name, .kubeconfig, .kubectl(...), .tools)."""
+    global _session_cluster, _session_ready, _session_logs
+    local = LocalCluster(f"pytest-{os.getpid()}")
+    _session_logs = tmp_path_factory.mktemp("cluster-logs")
+    previous = os.environ.get("KUBECONFIG")
+    _session_cluster = local
+    try:
+        local.up(TEST_GPU_NODES, TEST_CPU_NODES, crds_dir=paths.crds_dir())
+        os.environ["KUBECONFIG"] = str(local.kubeconfig)
+        _session_ready = True
+        yield local
+    finally:
+        _session_ready = False
+        _session_cluster = None
+        local.collect_logs(_session_logs)
+        local.down()
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _restore_cluster_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used the cluster, undo whatever it did to the nodes."""
+    yield
+    if "cluster" in request.fixturenames and _session_ready and _session_cluster is not None:
+        baseline = nodes.cluster_nodes(TEST_GPU_NODES, TEST_CPU_NODES)
+        chaos.restore_nodes(baseline, kube=_session_cluster.kube, timeout=60)
+
+
+def _namespace_name(test_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].rstrip("-")
+    return f"t-{slug}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace (``t-<test>-<random>``) whose default ServiceAccount exists."""
+    name = _namespace_name(request.node.name)
+    cluster.kubectl("create", "namespace", name)
+    wait_for(
+        lambda: cluster.kube.get("serviceaccount", "default", name),
+        timeout=30,
+        what=f"ServiceAccount {name}/default",
+    )
+    yield name
+    cluster.kubectl("delete", "pods", "--all", "--namespace", name, "--force", "--grace-period=0",
+                    "--wait=false", check=False)  # fmt: skip
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(cannot read {path}: {exc})"
+    return "\n".join(text[-lines:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+    """Attach the tails of the control plane's logs to the report of a failed cluster test."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.passed or report.skipped or _session_cluster is None:
+        return
+    if "cluster" not in getattr(item, "fixturenames", ()):
+        return
+    for log in _session_cluster.log_files():
+        report.sections.append((f"{log.stem} (last {LOG_TAIL_LINES} lines)", _tail(log, LOG_TAIL_LINES)))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _session_logs is not None and any(_session_logs.iterdir()):
+        terminalreporter.write_line(f"local cluster logs kept in {_session_logs}")
