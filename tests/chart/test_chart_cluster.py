@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import CHART, MONITORING_APIS, ROOT, VALUE_SET_NAMES, Helm, value_sets
+from llm_operator.localcluster.cluster import LocalCluster
 from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -22,7 +23,7 @@ MONITORING_CRDS = ROOT / "tests" / "chart" / "fixtures" / "monitoring-crds.yaml"
 
 
 @pytest.fixture(scope="module")
-def monitoring_crds(cluster: Any) -> Iterator[None]:
+def monitoring_crds(cluster: LocalCluster) -> Iterator[None]:
     """Stand-in Prometheus Operator CRDs, so monitors render (Capabilities) and validate."""
     cluster.kubectl("apply", "--server-side", "-f", str(MONITORING_CRDS))
     for name in ("servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com"):
@@ -32,12 +33,12 @@ def monitoring_crds(cluster: Any) -> Iterator[None]:
 
 
 @pytest.fixture
-def cluster_helm(cluster: Any, helm: Helm) -> Helm:
+def cluster_helm(cluster: LocalCluster, helm: Helm) -> Helm:
     return Helm(helm.binary, helm.home, cluster.kubeconfig)
 
 
 @pytest.fixture
-def watched(cluster: Any) -> Iterator[list[str]]:
+def watched(cluster: LocalCluster) -> Iterator[list[str]]:
     """Two extra namespaces for the namespaced mode, removed afterwards."""
     names = [f"watched-{secrets.token_hex(3)}" for _ in range(2)]
     for name in names:
@@ -63,7 +64,7 @@ def _identities(manifest: str) -> list[tuple[str, str, str | None]]:
 
 @pytest.mark.parametrize("name", VALUE_SET_NAMES)
 def test_every_rendered_object_passes_server_side_validation(
-    cluster: Any, helm: Helm, namespace: str, watched: list[str], monitoring_crds: None, name: str
+    cluster: LocalCluster, helm: Helm, namespace: str, watched: list[str], monitoring_crds: None, name: str
 ) -> None:
     manifest = _manifest(helm, value_sets(watched)[name], namespace, include_crds=True)
     objects = _identities(manifest)
@@ -81,12 +82,12 @@ def test_every_rendered_object_passes_server_side_validation(
     assert len(accepted) == len(objects), f"{len(objects)} objects, the API server accepted:\n{result.stdout}"
 
 
-def _gone(cluster: Any, manifest: str) -> bool:
+def _gone(cluster: LocalCluster, manifest: str) -> bool:
     left = cluster.kubectl("get", "-f", "-", "--ignore-not-found", "-o", "name", input=manifest).stdout
     return not left.strip()
 
 
-def _labelled(cluster: Any, release: str) -> str:
+def _labelled(cluster: LocalCluster, release: str) -> str:
     kinds = ",".join(
         (
             "pods,deployments,replicasets,services,serviceaccounts,roles,rolebindings",
@@ -110,7 +111,12 @@ def _labelled(cluster: Any, release: str) -> str:
 
 @pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
 def test_install_creates_every_object_and_uninstall_leaves_only_the_crds(
-    cluster: Any, cluster_helm: Helm, namespace: str, watched: list[str], monitoring_crds: None, mode: str
+    cluster: LocalCluster,
+    cluster_helm: Helm,
+    namespace: str,
+    watched: list[str],
+    monitoring_crds: None,
+    mode: str,
 ) -> None:
     release = f"it-{secrets.token_hex(3)}"
     values = value_sets(watched)["monitoring" if mode == "cluster-wide" else "namespaced"]
@@ -171,7 +177,7 @@ def test_install_rejects_bad_values_and_installs_nothing(cluster_helm: Helm, nam
 
 
 @pytest.fixture
-def restricted_namespace(cluster: Any) -> Iterator[str]:
+def restricted_namespace(cluster: LocalCluster) -> Iterator[str]:
     name = f"restricted-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", name)
     cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
@@ -180,7 +186,7 @@ def restricted_namespace(cluster: Any) -> Iterator[str]:
 
 
 def test_operator_pod_meets_the_restricted_pod_security_standard(
-    cluster: Any, helm: Helm, restricted_namespace: str
+    cluster: LocalCluster, helm: Helm, restricted_namespace: str
 ) -> None:
     objects = helm.template({}, namespace=restricted_namespace)
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]

@@ -19,6 +19,7 @@ OPERATOR_METRICS = {
     "llmjob_replacements_total",
     "llmjob_resizes_total",
     "llmjob_reaction_seconds",
+    "llmjob_pods_created_total",
 }
 TRAINER_METRICS = {
     "llm_trainer_tokens_per_second",

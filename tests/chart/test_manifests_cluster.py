@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import ROOT, kubectl
+from llm_operator.localcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 
 DEPLOY = ROOT / "deploy"
 
 
-def dry_run(cluster: Any, objects: list[dict[str, Any]], namespace: str | None = None) -> list[str]:
+def dry_run(cluster: LocalCluster, objects: list[dict[str, Any]], namespace: str | None = None) -> list[str]:
     """Server-side dry-run apply; returns the per-object lines, one per object or the test fails."""
     args = [
         "apply",
@@ -53,13 +54,13 @@ def manifest_files(folder: str) -> list[Path]:
 
 
 @pytest.mark.parametrize("path", manifest_files("examples"), ids=lambda p: p.name)
-def test_example_jobs_are_valid(cluster: Any, namespace: str, path: Path) -> None:
+def test_example_jobs_are_valid(cluster: LocalCluster, namespace: str, path: Path) -> None:
     objects = in_namespace(path)
     assert {o["kind"] for o in objects} == {"LLMTrainingJob"}
     dry_run(cluster, objects, namespace)
 
 
-def test_invalid_job_is_rejected(cluster: Any, namespace: str) -> None:
+def test_invalid_job_is_rejected(cluster: LocalCluster, namespace: str) -> None:
     """The dry run is a real check: the CRD's validation rejects a broken copy of an example."""
     (job,) = in_namespace(manifest_files("examples")[0])
     job["spec"]["minReplicas"] = job["spec"]["maxReplicas"] + 1
@@ -71,12 +72,12 @@ def test_invalid_job_is_rejected(cluster: Any, namespace: str) -> None:
 
 
 @pytest.mark.parametrize("path", manifest_files("fsx") + manifest_files("etcd"), ids=lambda p: p.name)
-def test_fsx_and_etcd_manifests_are_valid(cluster: Any, namespace: str, path: Path) -> None:
+def test_fsx_and_etcd_manifests_are_valid(cluster: LocalCluster, namespace: str, path: Path) -> None:
     dry_run(cluster, in_namespace(path), namespace)
 
 
 @pytest.fixture
-def two_namespaces(cluster: Any) -> Iterator[tuple[str, str]]:
+def two_namespaces(cluster: LocalCluster) -> Iterator[tuple[str, str]]:
     names = (f"op-{secrets.token_hex(3)}", f"jobs-{secrets.token_hex(3)}")
     for name in names:
         cluster.kubectl("create", "namespace", name)
@@ -102,7 +103,7 @@ def _moved(objects: list[dict[str, Any]], moves: dict[str, str]) -> list[dict[st
 
 @pytest.mark.parametrize("overlay", ["cluster-wide", "namespaced"])
 def test_kustomize_overlays_are_valid(
-    cluster: Any, kubectl_bin: Path, two_namespaces: tuple[str, str], overlay: str
+    cluster: LocalCluster, kubectl_bin: Path, two_namespaces: tuple[str, str], overlay: str
 ) -> None:
     built = kubectl(kubectl_bin, "kustomize", str(DEPLOY / "kustomize" / "overlays" / overlay)).stdout
     objects = [doc for doc in yaml.safe_load_all(built) if doc]

@@ -95,3 +95,16 @@ def test_rbac_can_be_left_to_the_user(helm: Helm) -> None:
     assert not by_kind(objects, "ServiceAccount")
     (deployment,) = by_kind(objects, "Deployment")
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "mine"
+
+
+def test_podgroup_creation_is_opt_in(helm: Helm) -> None:
+    """Gang scheduling makes the operator create PodGroups; only then may it."""
+    podgroups = ("scheduling.x-k8s.io", "podgroups")
+    for name in ("defaults", "namespaced"):
+        assert all(podgroups not in grants(r) for r in all_roles(helm, name))
+    cluster_wide = helm.template({"rbac": {"create": True, "podGroups": True}})
+    (role,) = by_kind(cluster_wide, "ClusterRole")
+    assert grants(role)[podgroups] == {"create"}
+    namespaced = helm.template({**VALUES["namespaced"], "rbac": {"create": True, "podGroups": True}})
+    for role in by_kind(namespaced, "Role"):
+        assert grants(role)[podgroups] == {"create"}

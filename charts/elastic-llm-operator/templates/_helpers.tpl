@@ -82,6 +82,11 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- if .Values.rbac.podGroups }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [create]
+{{- end }}
 {{- end }}
 
 {{/* Nodes are cluster-scoped: even a namespaced install needs a ClusterRole for them. */}}
