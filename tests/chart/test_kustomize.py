@@ -6,6 +6,7 @@ Server-side validation of the built overlays is in test_manifests_cluster.py.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -89,7 +90,8 @@ def test_argocd_health_component_merges_the_lua_into_argocd_cm(kubectl_bin: Path
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": "argocd-cm", "namespace": "argocd"},
+                # As in Argo CD's install.yaml: no namespace; the kustomization sets it.
+                "metadata": {"name": "argocd-cm"},
                 "data": {"url": "https://argocd.example.com"},
             }
         )
@@ -99,12 +101,14 @@ def test_argocd_health_component_merges_the_lua_into_argocd_cm(kubectl_bin: Path
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
+                "namespace": "argocd",
                 "resources": ["argocd-cm.yaml"],
-                "components": [str(ROOT / "deploy" / "argocd")],
+                # kustomize takes relative paths only, as an Argo CD install's kustomization would.
+                "components": [os.path.relpath(ROOT / "deploy" / "argocd", tmp_path)],
             }
         )
     )
     (configmap,) = build(kubectl_bin, tmp_path)
-    assert configmap["metadata"]["name"] == "argocd-cm", "merged in place, no hash suffix"
+    assert configmap["metadata"] == {"name": "argocd-cm", "namespace": "argocd"}, "merged in place, no suffix"
     assert configmap["data"]["url"] == "https://argocd.example.com", "existing keys are kept"
     assert configmap["data"][CM_KEY] == (ROOT / "deploy" / "argocd" / "health.lua").read_text()
