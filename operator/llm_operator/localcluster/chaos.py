@@ -66,6 +66,11 @@ def _taint_keys(node: dict[str, Any]) -> set[str]:
     return {t["key"] for t in node.get("spec", {}).get("taints", []) or []}
 
 
+def is_ready(node: dict[str, Any]) -> bool:
+    """Ready=True and no longer tainted not-ready by kube-controller-manager: pods can land there."""
+    return condition(node, "Ready") == "True" and NOT_READY_TAINT not in _taint_keys(node)
+
+
 def pods_on_node(kube: Kubectl, node: str) -> list[dict[str, Any]]:
     return kube.items("pods", "--all-namespaces", f"--field-selector=spec.nodeName={node}")
 
@@ -111,11 +116,11 @@ def node_ready(
     if not wait:
         return
 
-    def recovered() -> bool:
-        obj = _node(k, node)
-        return condition(obj, "Ready") == "True" and NOT_READY_TAINT not in _taint_keys(obj)
-
-    poll(recovered, timeout=timeout, what=f"node {node} to be Ready without {NOT_READY_TAINT} taints")
+    poll(
+        lambda: is_ready(_node(k, node)),
+        timeout=timeout,
+        what=f"node {node} to be Ready without {NOT_READY_TAINT} taints",
+    )
     for pod in pods_on_node(k, node):
         if pod["status"].get("phase") == "Running" and condition(pod, "Ready") != "True":
             _mark_pod_ready(k, pod)
@@ -177,11 +182,7 @@ def add_node(
         raise LocalClusterError(f"node {name} already exists")
     k.create(nodes.node_manifest(name, kind, zone or nodes.default_zone(kind, index)))
     if wait:
-        poll(
-            lambda: condition(_node(k, name), "Ready") == "True",
-            timeout=timeout,
-            what=f"new node {name} to be Ready",
-        )
+        poll(lambda: is_ready(_node(k, name)), timeout=timeout, what=f"new node {name} to be Ready")
     return name
 
 
@@ -307,7 +308,7 @@ def restore_nodes(
         changed.append(name)
 
     def all_ready() -> bool | list[str]:
-        ready = {n["metadata"]["name"] for n in k.items("nodes") if condition(n, "Ready") == "True"}
+        ready = {n["metadata"]["name"] for n in k.items("nodes") if is_ready(n)}
         return wanted.keys() <= ready or False
 
     poll(all_ready, timeout=timeout, what=f"baseline nodes {', '.join(sorted(wanted))} to be Ready")

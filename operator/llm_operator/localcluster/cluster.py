@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_operator.localcluster import kwokconfig, marks, nodes, paths, tools
+from llm_operator.localcluster import chaos, kwokconfig, marks, nodes, paths, tools
 from llm_operator.localcluster.errors import LocalClusterError
 from llm_operator.localcluster.kubectl import Kubectl
 from llm_operator.localcluster.waiting import poll
@@ -298,10 +298,9 @@ class LocalCluster:
             )
         return names
 
-    def _all_ready(self, names: list[str]) -> bool | list[str]:
-        by_name = {n.name: n for n in map(summarize_node, self.kube.items("nodes"))}
-        not_ready = [n for n in names if not (n in by_name and by_name[n].ready)]
-        return not not_ready or False
+    def _all_ready(self, names: list[str]) -> bool:
+        ready = {n["metadata"]["name"] for n in self.kube.items("nodes") if chaos.is_ready(n)}
+        return set(names) <= ready
 
     def install_crds(self, crds_dir: Path | None) -> list[str]:
         """Apply every YAML file of ``crds_dir`` (if it exists) and wait until each CRD is Established."""

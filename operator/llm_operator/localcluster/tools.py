@@ -207,12 +207,18 @@ def _build_group(group: ToolGroup, log_dir: Path) -> None:
                 pct = min(99, 100 * compiled // total)
                 _say(f"{group.name}: ~{pct}% ({compiled} packages compiled, {int(now - started)}s elapsed)")
         code = proc.wait()
+    elapsed = time.monotonic() - started
     if code != 0:
-        tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
-        raise ToolError(f"building {group.name} failed (exit {code}); last lines of {log_path}:\n{tail}")
+        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+        last = lines[-1] if lines else "(no output)"
+        raise ToolError(
+            f"building {group.name} {group.version} failed (exit {code}): {last} (log: {log_path})"
+        )
+    with log_path.open("a") as log:
+        log.write(f"# built {group.name} {group.version} in {elapsed:.0f}s ({compiled} packages compiled)\n")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
-    _say(f"built {group.name} in {int(time.monotonic() - started)}s -> {target}")
+    _say(f"built {group.name} in {int(elapsed)}s -> {target}")
 
 
 def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
@@ -293,3 +299,29 @@ def describe(tools: Iterable[str] = ALL_TOOLS) -> list[ToolInfo]:
         path = group_dir(group) / tool
         infos.append(ToolInfo(tool, group.version, path, "built" if path.is_file() else "missing"))
     return infos
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m llm_operator.localcluster.tools [build|list] [TOOL...]``: standard library only.
+
+    Lets CI start the (long) cold build before the virtualenv exists:
+    ``PYTHONPATH=operator python3 -m llm_operator.localcluster.tools build &``.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    action = args.pop(0) if args else "build"
+    names = args or list(ALL_TOOLS)
+    try:
+        if action == "build":
+            ensure(names)
+        elif action != "list":
+            raise ToolError(f"unknown action {action!r}: use build or list")
+        for info in describe(names):
+            print(f"{info.name:<24} {info.version:<9} {info.source:<8} {info.path}")
+    except ToolError as exc:
+        print(f"tools: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
