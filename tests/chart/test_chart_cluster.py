@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import CHART, MONITORING_APIS, ROOT, VALUE_SET_NAMES, Helm, value_sets
+from chart_helpers import CHART, MONITORING_APIS, RELEASE, ROOT, VALUE_SET_NAMES, Helm, value_sets
 from llm_operator.localcluster.cluster import LocalCluster
 from support.wait import wait_for
 
@@ -181,6 +181,8 @@ def restricted_namespace(cluster: LocalCluster) -> Iterator[str]:
     name = f"restricted-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", name)
     cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+    # Pod admission looks the pod's ServiceAccount up; the chart's would exist after an install.
+    cluster.kubectl("create", "serviceaccount", "-n", name, f"{RELEASE}-elastic-llm-operator")
     yield name
     cluster.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 

@@ -63,7 +63,7 @@ def test_example_jobs_are_valid(cluster: LocalCluster, namespace: str, path: Pat
 def test_invalid_job_is_rejected(cluster: LocalCluster, namespace: str) -> None:
     """The dry run is a real check: the CRD's validation rejects a broken copy of an example."""
     (job,) = in_namespace(manifest_files("examples")[0])
-    job["spec"]["minReplicas"] = job["spec"]["maxReplicas"] + 1
+    job["spec"]["minReplicas"] = 0  # the schema's minimum is 1
     manifest = yaml.safe_dump(job)
     result = cluster.kubectl(
         "apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-", input=manifest, check=False
