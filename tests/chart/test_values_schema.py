@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 from chart_helpers import CHART, Helm
 
 BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
@@ -81,8 +82,6 @@ def test_valid_variations_are_accepted(helm: Helm, values: dict[str, Any]) -> No
 
 def test_defaults_satisfy_the_schema_and_every_key_is_described() -> None:
     """values.yaml and the schema stay in step: no key in one that the other lacks."""
-    import yaml
-
     schema = json.loads((CHART / "values.schema.json").read_text())
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
 
