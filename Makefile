@@ -12,7 +12,7 @@ help:
 	@echo "make demo    - build tools (first run), start a local cluster, run the operator and a job, inject a node failure"
 	@echo "make test    - unit, trainer, chart and integration tests against a real local control plane"
 	@echo "make lint    - ruff + mypy --strict on the packages"
-	@echo "make crds    - regenerate crds/ and the chart's copy from the API models"
+	@echo "make crds    - regenerate crds/, the chart's copy and docs/api.md from the API models"
 	@echo "make setup   - create .venv with the operator, trainer and dev extras"
 	@echo "make tools   - build the pinned upstream binaries into the per-machine cache"
 
@@ -42,6 +42,7 @@ lint: setup
 crds: setup
 	$(BIN)/llmjob crd > crds/elasticllm.dev_llmtrainingjobs.yaml
 	cp crds/elasticllm.dev_llmtrainingjobs.yaml charts/elastic-llm-operator/crds/
+	$(BIN)/llmjob api-docs > docs/api.md
 
 demo: setup tools
 	$(BIN)/llmjob demo $(DEMO_ARGS)

@@ -37,6 +37,13 @@ def _cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from llm_operator.api.reference import reference
+
+    sys.stdout.write(reference())
+    return 0
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from llm_operator.runner import run_operator
 
@@ -51,17 +58,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="llmjob", description="Elastic LLM training on Kubernetes: render jobs, run the operator, local clusters."
+        prog="llmjob",
+        description="Elastic LLM training on Kubernetes: render jobs, run the operator, local clusters.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("render", help="print every object the operator would create for job manifests")
-    p.add_argument("-f", "--filename", action="append", required=True, help="job manifest (YAML, '-' = stdin)")
+    p.add_argument(
+        "-f", "--filename", action="append", required=True, help="job manifest (YAML, '-' = stdin)"
+    )
     p.add_argument("-n", "--namespace", help="namespace for manifests that name none (default: default)")
     p.set_defaults(func=_cmd_render)
 
     p = sub.add_parser("crd", help="print the LLMTrainingJob CRD generated from the API models")
     p.set_defaults(func=_cmd_crd)
+
+    p = sub.add_parser("api-docs", help="print the Markdown API reference generated from the models")
+    p.set_defaults(func=_cmd_docs)
 
     p = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig")
     scope = p.add_mutually_exclusive_group()

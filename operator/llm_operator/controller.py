@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -45,7 +46,7 @@ class JobController:
 
     async def run(
         self,
-        body: Mapping[str, Any],
+        body: kopf.Body,
         pods: Mapping[Any, Iterable[PodView]],
         nodes: Mapping[Any, Iterable[NodeView]],
         stopped: kopf.DaemonStopped,
@@ -54,10 +55,8 @@ class JobController:
         """Reconcile until the daemon is stopped; sleep until woken or a deadline in the plan."""
         timeout = 0.0
         while not stopped and not self.deleted:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=max(MIN_WAIT, timeout))
-            except TimeoutError:
-                pass
             self.wake.clear()
             if stopped or self.deleted:
                 break
@@ -74,7 +73,7 @@ class JobController:
 
     async def reconcile(
         self,
-        body: Mapping[str, Any],
+        body: kopf.Body,
         pods_index: Mapping[Any, Iterable[PodView]],
         nodes_index: Mapping[Any, Iterable[NodeView]],
         logger: kopf.Logger,
@@ -88,7 +87,9 @@ class JobController:
         observed = list(pods_index.get((self.namespace, self.name), ()))
         mine = self.expect.apply(observed)
         nodes = {view.name: view for views in nodes_index.values() for view in views}
-        everyone = [p for key, views in pods_index.items() if key != (self.namespace, self.name) for p in views]
+        everyone = [
+            p for key, views in pods_index.items() if key != (self.namespace, self.name) for p in views
+        ]
         now = time.time()
         decided = plan(job, mine, nodes, [*everyone, *mine], now)
         await self.apply(job, decided, body, logger)
@@ -96,7 +97,7 @@ class JobController:
             return RESYNC_SECONDS
         return min(RESYNC_SECONDS, max(MIN_WAIT, decided.requeue_at - time.time()))
 
-    async def apply(self, job: LLMTrainingJob, decided: Plan, body: Mapping[str, Any], logger: kopf.Logger) -> None:
+    async def apply(self, job: LLMTrainingJob, decided: Plan, body: kopf.Body, logger: kopf.Logger) -> None:
         """Deletions, then creations (concurrently), then one status write and the events."""
         now = time.time()
         for signal, since in decided.lost:
@@ -128,16 +129,25 @@ class JobController:
         events = list(decided.events)
         made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
         if made_names:
-            events.append(("Normal", "CreatedWorkers", f"created {', '.join(made_names)} (attempt {decided.attempt})"))
+            events.append(
+                ("Normal", "CreatedWorkers", f"created {', '.join(made_names)} (attempt {decided.attempt})")
+            )
         if decided.delete:
-            gone = ", ".join(f"{d.pod.name} ({d.reason}{', force' if d.force else ''})" for d in decided.delete)
+            gone = ", ".join(
+                f"{d.pod.name} ({d.reason}{', force' if d.force else ''})" for d in decided.delete
+            )
             events.append(("Normal", "DeletedWorkers", f"deleted {gone}"))
         for _, reason, message in events:
             logger.info(f"{reason}: {message}")
         for level, reason, message in events:
-            kopf.event(dict(body), type=level, reason=reason, message=message)
+            kopf.event(body, type=level, reason=reason, message=message)
         metrics.observe_job(
-            self.namespace, self.name, status["phase"], status["desiredReplicas"], status["targetReplicas"], status["readyReplicas"]
+            self.namespace,
+            self.name,
+            status["phase"],
+            status["desiredReplicas"],
+            status["targetReplicas"],
+            status["readyReplicas"],
         )
 
 

@@ -22,7 +22,7 @@ from llm_operator.settings import Settings
 WORKER_LABELS = {labels.ROLE: labels.ROLE_WORKER, labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
 
 _controllers: dict[tuple[str, str], JobController] = {}
-_node_health: dict[str, tuple[Any, ...]] = {}
+_node_health: dict[str, tuple[Any, ...] | None] = {}
 _state: dict[str, Any] = {}
 
 
@@ -39,6 +39,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.client_timeout = 330
     _state["kube"] = Kube(await connect())
     _state["settings"] = Settings.from_env()
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else $KUBECONFIG as it is now (not as it was at import time)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.cleanup()
@@ -66,20 +72,22 @@ def nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeView]:
 
 
 @kopf.on.event("pods", labels=WORKER_LABELS)
-def pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+def pod_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     """A worker changed: wake its job."""
     job = (body.get("metadata", {}).get("labels") or {}).get(labels.JOB_NAME)
-    controller = _controllers.get((namespace, job or ""))
+    controller = _controllers.get((namespace or "", job or ""))
     if controller is not None:
         controller.wake.set()
 
 
 @kopf.on.event("nodes")
-def node_changed(body: kopf.Body, name: str, type: str | None, **_: Any) -> None:
+def node_changed(body: kopf.Body, name: str, type: str, **_: Any) -> None:
     """A node's health, taints or schedulability changed (not a heartbeat): wake every job."""
     view = node_view(dict(body))
-    summary: tuple[Any, ...] = (
-        None if type == "DELETED" else (view.ready, view.unschedulable, tuple((k, e) for k, e, _ in view.taints))
+    summary: tuple[Any, ...] | None = (
+        None
+        if type == "DELETED"
+        else (view.ready, view.unschedulable, tuple((k, e) for k, e, _ in view.taints))
     )
     if _node_health.get(name) == summary:
         return
@@ -91,11 +99,12 @@ def node_changed(body: kopf.Body, name: str, type: str | None, **_: Any) -> None
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def job_changed(namespace: str, name: str, type: str | None, **_: Any) -> None:
+def job_changed(namespace: str | None, name: str, type: str, **_: Any) -> None:
     """Spec or scale changed: wake the job's controller."""
-    controller = _controllers.get((namespace, name))
+    key = (namespace or "", name)
+    controller = _controllers.get(key)
     if type == "DELETED":
-        metrics.forget_job(namespace, name)
+        metrics.forget_job(*key)
         if controller is not None:
             controller.deleted = True  # no finalizer: end the loop ourselves; children go by ownerReferences
     if controller is not None:
@@ -106,21 +115,22 @@ def job_changed(namespace: str, name: str, type: str | None, **_: Any) -> None:
 async def run_job(
     stopped: kopf.DaemonStopped,
     body: kopf.Body,
-    namespace: str,
+    namespace: str | None,
     name: str,
     logger: kopf.Logger,
-    worker_pods: kopf.Index[tuple[str, str], PodView],
-    nodes: kopf.Index[str, NodeView],
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """One long-lived loop per job, for as long as the job exists and this operator is active."""
-    controller = JobController(_state["kube"], _state["settings"], namespace, name)
-    _controllers[(namespace, name)] = controller
+    key = (namespace or "", name)
+    controller = JobController(_state["kube"], _state["settings"], *key)
+    _controllers[key] = controller
     try:
-        await controller.run(body, worker_pods, nodes, stopped, logger)
+        pods: kopf.Index[tuple[str, str], PodView] = kwargs["worker_pods"]
+        node_index: kopf.Index[str, NodeView] = kwargs["nodes"]
+        await controller.run(body, pods, node_index, stopped, logger)
     finally:
-        if _controllers.get((namespace, name)) is controller:
-            del _controllers[(namespace, name)]
+        if _controllers.get(key) is controller:
+            del _controllers[key]
 
 
 def _daemon_without_finalizer() -> None:
@@ -129,8 +139,7 @@ def _daemon_without_finalizer() -> None:
     namespace deletion whenever the operator is down. See docs/decisions.md."""
     spawning = kopf.get_default_registry()._spawning
     spawning._handlers = [
-        dataclasses.replace(h, requires_finalizer=False) if h.fn is run_job else h
-        for h in spawning._handlers
+        dataclasses.replace(h, requires_finalizer=False) if h.fn is run_job else h for h in spawning._handlers
     ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RECONCILES = Counter("llmjob_reconcile_total", "Reconcile passes")
@@ -38,10 +40,8 @@ def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's series."""
     _phases.pop((namespace, job), None)
     for kind in ("desired", "target", "ready"):
-        try:
+        with contextlib.suppress(KeyError):
             JOB_REPLICAS.remove(namespace, job, kind)
-        except KeyError:
-            pass
     _refresh_phases()
 
 

@@ -78,7 +78,9 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         return None
     status = body.get("status") or {}
     spec = body.get("spec") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
     unschedulable = any(
         c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
         for c in status.get("conditions") or []
@@ -144,7 +146,8 @@ def node_view(body: dict[str, Any]) -> NodeView:
     ready = ready_cond is not None and ready_cond.get("status") == "True"
     since = None if ready or ready_cond is None else parse_time(ready_cond.get("lastTransitionTime"))
     taints = tuple(
-        (t.get("key", ""), t.get("effect", ""), parse_time(t.get("timeAdded"))) for t in spec.get("taints") or []
+        (t.get("key", ""), t.get("effect", ""), parse_time(t.get("timeAdded")))
+        for t in spec.get("taints") or []
     )
     gpus = (status.get("allocatable") or {}).get("nvidia.com/gpu", "0")
     try:

@@ -80,7 +80,10 @@ def plan(
     policy = spec.failurePolicy
     out = Plan()
     desired = 0 if spec.suspend else job.desired_replicas
-    verdicts = [(p, assess(p, nodes.get(p.node), now, policy.nodeFailureGraceSeconds, policy.nonRetryableExitCodes)) for p in pods]
+    verdicts = [
+        (p, assess(p, nodes.get(p.node), now, policy.nodeFailureGraceSeconds, policy.nonRetryableExitCodes))
+        for p in pods
+    ]
     for _, h in verdicts:
         out.wake_at(h.recheck_at)
 
@@ -108,27 +111,34 @@ def plan(
             terminal_phase, reason = "Failed", "NonRetryableExitCode"
             message = f"worker {pod.name} exited with code {pod.exit_code}, listed in nonRetryableExitCodes"
         elif succeeded and not active and not lost:
-            terminal_phase, reason, message = "Succeeded", "WorkersSucceeded", f"{len(succeeded)} worker(s) exited 0"
+            terminal_phase, reason, message = (
+                "Succeeded",
+                "WorkersSucceeded",
+                f"{len(succeeded)} worker(s) exited 0",
+            )
 
     replacing = False
-    if terminal_phase is None and not spec.suspend:
-        # Lost or failed workers: delete now; their indices free up and get replacements.
-        if lost:
-            if restarts + 1 > policy.maxRestarts:
-                terminal_phase, reason = "Failed", "MaxRestartsExceeded"
-                message = f"{len(lost)} worker(s) lost after {restarts} restarts (maxRestarts {policy.maxRestarts})"
-            else:
-                replacing = True
-                for pod, h in lost:
-                    out.delete.append(Deletion(pod, h.force, h.signal, h.since))
-                    out.lost.append((h.signal, h.since))
-                signals = sorted({h.signal for _, h in lost})
-                reason = signals[0] if len(signals) == 1 else "WorkersLost"
-                message = "replacing " + ", ".join(f"{p.name} ({h.signal})" for p, h in lost)
-                out.events.append(("Warning", reason, message))
+    # Lost or failed workers: delete now; their indices free up and get replacements.
+    if terminal_phase is None and not spec.suspend and lost:
+        if restarts + 1 > policy.maxRestarts:
+            terminal_phase, reason = "Failed", "MaxRestartsExceeded"
+            message = (
+                f"{len(lost)} worker(s) lost after {restarts} restarts (maxRestarts {policy.maxRestarts})"
+            )
+        else:
+            replacing = True
+            for pod, h in lost:
+                out.delete.append(Deletion(pod, h.force, h.signal, h.since))
+                out.lost.append((h.signal, h.since))
+            signals = sorted({h.signal for _, h in lost})
+            reason = signals[0] if len(signals) == 1 else "WorkersLost"
+            message = "replacing " + ", ".join(f"{p.name} ({h.signal})" for p, h in lost)
+            out.events.append(("Warning", reason, message))
 
     if terminal_phase is None and not spec.suspend:
-        stuck = [p for p, h in active if h.state == "pending" and now - p.created >= policy.pendingTimeoutSeconds]
+        stuck = [
+            p for p, h in active if h.state == "pending" and now - p.created >= policy.pendingTimeoutSeconds
+        ]
         for p, h in active:
             if h.state == "pending" and p not in stuck:
                 out.wake_at(p.created + policy.pendingTimeoutSeconds)
@@ -175,7 +185,10 @@ def plan(
             deadline = below_min_since + policy.belowMinTimeoutSeconds
             if now >= deadline:
                 terminal_phase, reason = "Failed", "BelowMinReplicas"
-                message = f"{running} worker(s) running, below minReplicas {spec.minReplicas} for {policy.belowMinTimeoutSeconds}s"
+                message = (
+                    f"{running} worker(s) running, below minReplicas {spec.minReplicas}"
+                    f" for {policy.belowMinTimeoutSeconds}s"
+                )
             else:
                 out.wake_at(deadline)
         else:
@@ -193,7 +206,9 @@ def plan(
             due = (_ts(completion) or now) + ttl
             if now >= due:
                 finished_delete += [Deletion(p, False, "TTLExpired") for p in succeeded + fatal]
-                finished_delete += [Deletion(p, False, "TTLExpired") for p, h in verdicts if h.state == "lost"]
+                finished_delete += [
+                    Deletion(p, False, "TTLExpired") for p, h in verdicts if h.state == "lost"
+                ]
             else:
                 out.wake_at(due)
         known = {d.pod.uid for d in out.delete}
@@ -218,7 +233,13 @@ def plan(
     start = old.startTime or (format_time(now) if phase == "Running" else None)
     if phase != old.phase:
         level = "Warning" if phase == "Failed" else "Normal"
-        out.events.append((level, f"Phase{phase}", f"{old.phase} -> {phase}" + (f": {message}" if message and phase in TERMINAL else "")))
+        out.events.append(
+            (
+                level,
+                f"Phase{phase}",
+                f"{old.phase} -> {phase}" + (f": {message}" if message and phase in TERMINAL else ""),
+            )
+        )
         if phase in ("Running", "Pending", "Scaling") and not replacing and out.resize is None:
             reason, message = phase, ""
     size_note = out.resize[2] if out.resize else (old.reason if target < desired else "")

@@ -12,7 +12,10 @@ from llm_operator import metrics
 
 def run_operator(args: argparse.Namespace) -> int:
     """Run until interrupted. Cluster-wide unless namespaces are given."""
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     import llm_operator.handlers  # noqa: F401  (registers the handlers)
 
     metrics.serve(args.metrics_port)

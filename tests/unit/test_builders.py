@@ -66,13 +66,22 @@ def test_nproc_defaults() -> None:
 def test_gpu_efa_resources_and_tolerations() -> None:
     pod = worker_pod(job(efaPerNode=32, resources={"cpu": "180", "memory": "1800Gi"}), 0, 0)
     c = pod["spec"]["containers"][0]
-    assert c["resources"]["limits"] == {"cpu": "180", "memory": "1800Gi", "nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    assert c["resources"]["limits"] == {
+        "cpu": "180",
+        "memory": "1800Gi",
+        "nvidia.com/gpu": "8",
+        "vpc.amazonaws.com/efa": "32",
+    }
     assert c["resources"]["requests"] == {"cpu": "180", "memory": "1800Gi"}
     assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     keys = {t["key"] for t in pod["spec"]["tolerations"]}
     assert keys == {"nvidia.com/gpu", "vpc.amazonaws.com/efa"}
     env = _env(pod)
-    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1" and env["FI_EFA_FORK_SAFE"] == "1"
+    assert (
+        env["FI_PROVIDER"] == "efa"
+        and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+        and env["FI_EFA_FORK_SAFE"] == "1"
+    )
 
 
 def test_no_gpu_no_efa_omits_limits_and_tolerations() -> None:
@@ -84,7 +93,10 @@ def test_no_gpu_no_efa_omits_limits_and_tolerations() -> None:
 
 
 def test_user_env_overrides_efa_defaults_only() -> None:
-    j = job(efaPerNode=4, env=[{"name": "FI_EFA_FORK_SAFE", "value": "0"}, {"name": "HF_HOME", "value": "/fsx/hf"}])
+    j = job(
+        efaPerNode=4,
+        env=[{"name": "FI_EFA_FORK_SAFE", "value": "0"}, {"name": "HF_HOME", "value": "/fsx/hf"}],
+    )
     env = container_env(j, 0, 0)
     names = [e["name"] for e in env]
     assert names.count("FI_EFA_FORK_SAFE") == 1
@@ -105,7 +117,9 @@ def test_scheduling_fields() -> None:
     user_affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
             }
         }
     }
@@ -124,9 +138,13 @@ def test_scheduling_fields() -> None:
     assert spec["nodeSelector"] == {"pool": "gpu"} and spec["priorityClassName"] == "high"
     assert spec["schedulerName"] == "volcano" and spec["terminationGracePeriodSeconds"] == 600
     assert {"key": "dedicated", "operator": "Exists"} in spec["tolerations"]
-    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]
     keys = [e["key"] for e in term["matchExpressions"]]
-    assert keys == ["zone", "node.kubernetes.io/instance-type"], "instance types are ANDed into the user's term"
+    assert keys == ["zone", "node.kubernetes.io/instance-type"], (
+        "instance types are ANDed into the user's term"
+    )
     assert j.spec.scheduling.affinity == user_affinity, "the builder must not mutate the job"
 
 
@@ -149,7 +167,10 @@ def test_headless_service() -> None:
 
 
 def test_managed_etcd_rendezvous_off_workers() -> None:
-    objs = rendezvous_objects(job(scheduling={"instanceTypes": ["p5.48xlarge"]}), Settings(rendezvous_image="etcd:test", rendezvous_node_selector={"pool": "cpu"}))
+    objs = rendezvous_objects(
+        job(scheduling={"instanceTypes": ["p5.48xlarge"]}),
+        Settings(rendezvous_image="etcd:test", rendezvous_node_selector={"pool": "cpu"}),
+    )
     deploy, svc = objs
     assert deploy["kind"] == "Deployment" and svc["kind"] == "Service"
     pod = deploy["spec"]["template"]["spec"]
@@ -164,6 +185,7 @@ def test_managed_etcd_rendezvous_off_workers() -> None:
 def test_c10d_rendezvous_pod() -> None:
     j = job(rendezvous={"backend": "c10d"})
     deploy, svc = rendezvous_objects(j, Settings())
+    assert svc["spec"]["ports"][0]["port"] == 29400
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "trainer:1"
     assert container["command"][:3] == ["python", "-m", "llm_trainer.rendezvous.tcpstore_server"]

@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _llmjob(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "llm_operator.cli", *args], input=stdin, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "llm_operator.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -45,13 +49,21 @@ def test_render_missing_file_and_bad_yaml() -> None:
     missing = _llmjob("render", "-f", "/nonexistent/job.yaml")
     assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
     bad_yaml = _llmjob("render", "-f", "-", stdin="spec: [unclosed\n")
-    assert bad_yaml.returncode == 2 and "not valid YAML (line" in bad_yaml.stderr and "Traceback" not in bad_yaml.stderr
+    assert (
+        bad_yaml.returncode == 2
+        and "not valid YAML (line" in bad_yaml.stderr
+        and "Traceback" not in bad_yaml.stderr
+    )
 
 
 def test_render_nothing_half_done_with_one_bad_document(tmp_path: Path) -> None:
     good = (ROOT / "deploy/examples/smoke-cpu.yaml").read_text()
     stream = tmp_path / "two.yaml"
-    stream.write_text(good + "\n---\napiVersion: elasticllm.dev/v1alpha1\nkind: LLMTrainingJob\nmetadata: {name: y}\nspec: {minReplicas: 1}\n")
+    stream.write_text(
+        good
+        + "\n---\napiVersion: elasticllm.dev/v1alpha1\nkind: LLMTrainingJob\n"
+        + "metadata: {name: y}\nspec: {minReplicas: 1}\n"
+    )
     result = _llmjob("render", "-f", str(stream))
     assert result.returncode == 2 and result.stdout == ""
     assert "(document 2): spec.maxReplicas: required field is missing" in result.stderr

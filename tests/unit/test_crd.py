@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from llm_operator.api.crd import crd, crd_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,3 +65,9 @@ def test_defaults_reach_nested_objects() -> None:
     assert props["failurePolicy"]["properties"]["nodeFailureGraceSeconds"]["default"] == 30
     assert props["rendezvous"]["properties"]["backend"]["enum"] == ["etcd-v3", "c10d"]
     assert props["command"]["default"] == ["python", "-m", "llm_trainer"]
+
+
+def test_api_reference_is_current() -> None:
+    from llm_operator.api.reference import reference
+
+    assert (ROOT / "docs" / "api.md").read_text() == reference(), "docs/api.md is stale: run `make crds`"

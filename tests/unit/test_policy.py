@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llm_operator.policy.capacity import free_slots
 from llm_operator.policy.exits import classify_exit
 from llm_operator.policy.health import assess
@@ -36,24 +35,98 @@ HEALTH_TABLE = [
     ("healthy", {}, node("node-0"), 30, "healthy", "", False),
     ("unscheduled", {"node": "", "phase": "Pending", "ready": False}, None, 30, "pending", "", False),
     ("node deleted", {}, "missing", 30, "lost", "NodeDeleted", True),
-    ("not ready past grace", {}, node("node-0", ready=False, not_ready_since=NOW - 31), 30, "lost", "NodeNotReady", True),
-    ("not ready within grace", {}, node("node-0", ready=False, not_ready_since=NOW - 5), 30, "healthy", "", False),
-    ("not ready grace 0", {}, node("node-0", ready=False, not_ready_since=NOW), 0, "lost", "NodeNotReady", True),
+    (
+        "not ready past grace",
+        {},
+        node("node-0", ready=False, not_ready_since=NOW - 31),
+        30,
+        "lost",
+        "NodeNotReady",
+        True,
+    ),
+    (
+        "not ready within grace",
+        {},
+        node("node-0", ready=False, not_ready_since=NOW - 5),
+        30,
+        "healthy",
+        "",
+        False,
+    ),
+    (
+        "not ready grace 0",
+        {},
+        node("node-0", ready=False, not_ready_since=NOW),
+        0,
+        "lost",
+        "NodeNotReady",
+        True,
+    ),
     ("unreachable taint only", {}, node("node-0", taints=(UNREACH,)), 30, "lost", "NodeNotReady", True),
-    ("karpenter disrupted", {}, node("node-0", taints=(("karpenter.sh/disrupted", "NoSchedule", NOW),)), 30, "lost", "NodeTerminating", False),
-    ("spot interruption", {}, node("node-0", taints=(("aws-node-termination-handler/spot-itn", "NoSchedule", NOW),)), 30, "lost", "NodeTerminating", False),
+    (
+        "karpenter disrupted",
+        {},
+        node("node-0", taints=(("karpenter.sh/disrupted", "NoSchedule", NOW),)),
+        30,
+        "lost",
+        "NodeTerminating",
+        False,
+    ),
+    (
+        "spot interruption",
+        {},
+        node("node-0", taints=(("aws-node-termination-handler/spot-itn", "NoSchedule", NOW),)),
+        30,
+        "lost",
+        "NodeTerminating",
+        False,
+    ),
     ("cordoned", {}, node("node-0", unschedulable=True), 30, "lost", "NodeCordoned", False),
-    ("failed retryable", {"phase": "Failed", "exit_code": 1, "ready": False}, node("node-0"), 30, "lost", "PodFailed", False),
-    ("failed fatal", {"phase": "Failed", "exit_code": 42, "ready": False}, node("node-0"), 30, "fatal", "PodFailed", False),
-    ("evicted", {"phase": "Failed", "reason": "Evicted", "ready": False}, node("node-0"), 30, "lost", "PodEvicted", False),
+    (
+        "failed retryable",
+        {"phase": "Failed", "exit_code": 1, "ready": False},
+        node("node-0"),
+        30,
+        "lost",
+        "PodFailed",
+        False,
+    ),
+    (
+        "failed fatal",
+        {"phase": "Failed", "exit_code": 42, "ready": False},
+        node("node-0"),
+        30,
+        "fatal",
+        "PodFailed",
+        False,
+    ),
+    (
+        "evicted",
+        {"phase": "Failed", "reason": "Evicted", "ready": False},
+        node("node-0"),
+        30,
+        "lost",
+        "PodEvicted",
+        False,
+    ),
     ("succeeded", {"phase": "Succeeded", "exit_code": 0}, node("node-0"), 30, "succeeded", "", False),
     ("terminating on healthy node", {"deleting": True}, node("node-0"), 30, "terminating", "", False),
-    ("terminating on dead node", {"deleting": True}, node("node-0", ready=False, not_ready_since=NOW - 1), 30, "terminating", "", True),
+    (
+        "terminating on dead node",
+        {"deleting": True},
+        node("node-0", ready=False, not_ready_since=NOW - 1),
+        30,
+        "terminating",
+        "",
+        True,
+    ),
     ("terminating on deleted node", {"deleting": True}, "missing", 30, "terminating", "", True),
 ]
 
 
-@pytest.mark.parametrize(("case", "pkw", "nd", "grace", "state", "signal", "force"), HEALTH_TABLE, ids=[r[0] for r in HEALTH_TABLE])
+@pytest.mark.parametrize(
+    ("case", "pkw", "nd", "grace", "state", "signal", "force"), HEALTH_TABLE, ids=[r[0] for r in HEALTH_TABLE]
+)
 def test_assess(case: str, pkw: dict, nd: object, grace: int, state: str, signal: str, force: bool) -> None:
     the_node = None if nd in ("missing", None) else nd
     h = assess(pod(0, **pkw), the_node, NOW, grace, [42])  # type: ignore[arg-type]
@@ -100,7 +173,17 @@ SIZE_TABLE = [
 
 @pytest.mark.parametrize(("case", "kw", "target", "reason"), SIZE_TABLE, ids=[r[0] for r in SIZE_TABLE])
 def test_decide_size(case: str, kw: dict, target: int, reason: str) -> None:
-    base = dict(desired=4, minimum=2, current=4, last_desired=4, stuck_pending=0, free_slots=0, now=2000.0, last_resize=None, cooldown=30)
+    base = dict(
+        desired=4,
+        minimum=2,
+        current=4,
+        last_desired=4,
+        stuck_pending=0,
+        free_slots=0,
+        now=2000.0,
+        last_resize=None,
+        cooldown=30,
+    )
     base.update(kw)
     d = decide_size(SizeInput(**base))  # type: ignore[arg-type]
     assert (d.target, d.reason) == (target, reason)
@@ -124,7 +207,17 @@ PHASE_TABLE = [
 
 @pytest.mark.parametrize(("case", "kw", "phase"), PHASE_TABLE, ids=[r[0] for r in PHASE_TABLE])
 def test_decide_phase(case: str, kw: dict, phase: str) -> None:
-    base = dict(suspended=False, terminal_phase=None, started=True, ready=4, active=4, target=4, desired=4, replacing=False, previous_phase="Running")
+    base = dict(
+        suspended=False,
+        terminal_phase=None,
+        started=True,
+        ready=4,
+        active=4,
+        target=4,
+        desired=4,
+        replacing=False,
+        previous_phase="Running",
+    )
     base.update(kw)
     assert decide_phase(PhaseInput(**base)) == phase  # type: ignore[arg-type]
 

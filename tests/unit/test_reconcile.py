@@ -13,7 +13,12 @@ from .views import NOW, node, pod
 
 
 def running_status(**kw: Any) -> dict[str, Any]:
-    base = {"phase": "Running", "targetReplicas": 4, "desiredReplicas": 4, "startTime": format_time(NOW - 500)}
+    base = {
+        "phase": "Running",
+        "targetReplicas": 4,
+        "desiredReplicas": 4,
+        "startTime": format_time(NOW - 500),
+    }
     base.update(kw)
     return base
 
@@ -40,7 +45,9 @@ def test_all_ready_is_running_and_nothing_to_do() -> None:
 def test_node_not_ready_replaces_with_restart_bump() -> None:
     pods = [pod(i) for i in range(4)]
     nodes = dict(NODES, **{"node-1": node("node-1", ready=False, not_ready_since=NOW - 1)})
-    p = plan(job(failurePolicy={"nodeFailureGraceSeconds": 0}, status=running_status()), pods, nodes, pods, NOW)
+    p = plan(
+        job(failurePolicy={"nodeFailureGraceSeconds": 0}, status=running_status()), pods, nodes, pods, NOW
+    )
     assert [(d.pod.name, d.force, d.reason) for d in p.delete] == [("llama-worker-1", True, "NodeNotReady")]
     assert p.create == [], "index 1 is still held by the pod being deleted: never more than maxReplicas"
     assert p.status["restarts"] == 1 and p.status["phase"] == "Restarting"
@@ -62,8 +69,19 @@ def test_grace_period_waits_and_requeues() -> None:
 
 
 def test_stuck_pending_shrinks_to_min_and_stays_running() -> None:
-    pods = [pod(0), pod(1), pod(2, node="", phase="Pending", ready=False, created=NOW - 301), pod(3, node="", phase="Pending", ready=False, created=NOW - 301)]
-    p = plan(job(status=running_status(restarts=1)), pods, {"node-0": node("node-0"), "node-1": node("node-1")}, pods, NOW)
+    pods = [
+        pod(0),
+        pod(1),
+        pod(2, node="", phase="Pending", ready=False, created=NOW - 301),
+        pod(3, node="", phase="Pending", ready=False, created=NOW - 301),
+    ]
+    p = plan(
+        job(status=running_status(restarts=1)),
+        pods,
+        {"node-0": node("node-0"), "node-1": node("node-1")},
+        pods,
+        NOW,
+    )
     assert p.status["targetReplicas"] == 2
     assert sorted(d.pod.index for d in p.delete) == [2, 3]
     assert p.resize == (4, 2, "Shrunk") and p.status["restarts"] == 2
@@ -81,7 +99,9 @@ def test_grow_back_when_nodes_return() -> None:
 
 def test_non_retryable_exit_fails_job_and_deletes_rest() -> None:
     pods = [pod(0, phase="Failed", exit_code=42, ready=False), pod(1), pod(2), pod(3)]
-    p = plan(job(failurePolicy={"nonRetryableExitCodes": [42]}, status=running_status()), pods, NODES, pods, NOW)
+    p = plan(
+        job(failurePolicy={"nonRetryableExitCodes": [42]}, status=running_status()), pods, NODES, pods, NOW
+    )
     assert p.status["phase"] == "Failed" and p.status["reason"] == "NonRetryableExitCode"
     assert sorted(d.pod.index for d in p.delete) == [1, 2, 3] and p.create == []
     assert p.status["completionTime"] is not None

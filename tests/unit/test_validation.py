@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from llm_operator.api.validate import validate
 
 from .jobs import manifest
@@ -22,18 +21,38 @@ def _with_meta(name: str) -> dict[str, Any]:
 
 
 INVALID: list[tuple[str, dict[str, Any], str]] = [
-    ("min above max", manifest(minReplicas=5, maxReplicas=2), "spec.minReplicas (5) must be <= spec.maxReplicas (2)"),
+    (
+        "min above max",
+        manifest(minReplicas=5, maxReplicas=2),
+        "spec.minReplicas (5) must be <= spec.maxReplicas (2)",
+    ),
     ("replicas above max", manifest(replicas=9), "spec.replicas (9) must be within"),
     ("replicas below min", manifest(replicas=1), "spec.replicas (1) must be within"),
     ("min zero", manifest(minReplicas=0), "spec.minReplicas"),
     ("max missing", manifest(maxReplicas=None), "spec.maxReplicas: required"),
     ("image missing", manifest(image=None), "spec.image: required"),
     ("image empty", manifest(image=""), "spec.image"),
-    ("reserved PET env", manifest(env=[{"name": "PET_NNODES", "value": "1"}]), "spec.env PET_NNODES is reserved"),
+    (
+        "reserved PET env",
+        manifest(env=[{"name": "PET_NNODES", "value": "1"}]),
+        "spec.env PET_NNODES is reserved",
+    ),
     ("reserved RANK env", manifest(env=[{"name": "RANK", "value": "0"}]), "spec.env RANK is reserved"),
-    ("reserved MASTER_ADDR", manifest(env=[{"name": "MASTER_ADDR", "value": "x"}]), "spec.env MASTER_ADDR is reserved"),
-    ("env value and valueFrom", manifest(env=[{"name": "A", "value": "1", "valueFrom": {"fieldRef": {}}}]), "spec.env A sets both"),
-    ("fsx relative mount", manifest(fsx={"claimName": "c", "mountPath": "fsx"}), "spec.fsx.mountPath (fsx) must be an absolute path"),
+    (
+        "reserved MASTER_ADDR",
+        manifest(env=[{"name": "MASTER_ADDR", "value": "x"}]),
+        "spec.env MASTER_ADDR is reserved",
+    ),
+    (
+        "env value and valueFrom",
+        manifest(env=[{"name": "A", "value": "1", "valueFrom": {"fieldRef": {}}}]),
+        "spec.env A sets both",
+    ),
+    (
+        "fsx relative mount",
+        manifest(fsx={"claimName": "c", "mountPath": "fsx"}),
+        "spec.fsx.mountPath (fsx) must be an absolute path",
+    ),
     ("fsx root mount", manifest(fsx={"claimName": "c", "mountPath": "/"}), "spec.fsx.mountPath (/)"),
     ("fsx without claim", manifest(fsx={"mountPath": "/fsx"}), "spec.fsx.claimName: required"),
     (
@@ -41,14 +60,38 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         manifest(fsx={"claimName": "c", "mountPath": "/fsx"}, checkpointDir="/data/ck"),
         "spec.checkpointDir (/data/ck) must be under spec.fsx.mountPath (/fsx)",
     ),
-    ("checkpoint prefix trick", manifest(fsx={"claimName": "c"}, checkpointDir="/fsx2/ck"), "spec.checkpointDir (/fsx2/ck)"),
+    (
+        "checkpoint prefix trick",
+        manifest(fsx={"claimName": "c"}, checkpointDir="/fsx2/ck"),
+        "spec.checkpointDir (/fsx2/ck)",
+    ),
     ("checkpoint relative", manifest(checkpointDir="ck"), "spec.checkpointDir"),
     ("unknown backend", manifest(rendezvous={"backend": "etcd"}), "spec.rendezvous.backend"),
-    ("endpoint without port", manifest(rendezvous={"endpoint": "etcd.svc"}), "spec.rendezvous.endpoint (etcd.svc) must be host:port"),
-    ("negative grace", manifest(failurePolicy={"nodeFailureGraceSeconds": -1}), "spec.failurePolicy.nodeFailureGraceSeconds"),
-    ("exit code out of range", manifest(failurePolicy={"nonRetryableExitCodes": [0]}), "spec.failurePolicy.nonRetryableExitCodes"),
-    ("nproc above gpus", manifest(gpusPerNode=8, nprocPerNode=16), "spec.nprocPerNode (16) must be <= spec.gpusPerNode (8)"),
-    ("bad quantity", manifest(resources={"memory": "lots"}), "spec.resources.memory: 'lots' is not a Kubernetes quantity"),
+    (
+        "endpoint without port",
+        manifest(rendezvous={"endpoint": "etcd.svc"}),
+        "spec.rendezvous.endpoint (etcd.svc) must be host:port",
+    ),
+    (
+        "negative grace",
+        manifest(failurePolicy={"nodeFailureGraceSeconds": -1}),
+        "spec.failurePolicy.nodeFailureGraceSeconds",
+    ),
+    (
+        "exit code out of range",
+        manifest(failurePolicy={"nonRetryableExitCodes": [0]}),
+        "spec.failurePolicy.nonRetryableExitCodes",
+    ),
+    (
+        "nproc above gpus",
+        manifest(gpusPerNode=8, nprocPerNode=16),
+        "spec.nprocPerNode (16) must be <= spec.gpusPerNode (8)",
+    ),
+    (
+        "bad quantity",
+        manifest(resources={"memory": "lots"}),
+        "spec.resources.memory: 'lots' is not a Kubernetes quantity",
+    ),
     ("unknown field", manifest(replicaz=3), "spec.replicaz: unknown field"),
     ("wrong type", manifest(minReplicas="two"), "spec.minReplicas"),
     ("command as string", manifest(command="python train.py"), "spec.command"),

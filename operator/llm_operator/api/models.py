@@ -7,9 +7,9 @@ are evaluated both by the apiserver and, through ``llm_operator.api.validate``, 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from llm_operator.api.rules import (
     ABSOLUTE_PATH,
@@ -35,6 +35,11 @@ PHASES = ("Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded
 Phase = Literal["Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"]
 
 
+def _cel(rules: list[dict[str, str]]) -> dict[str, JsonValue]:
+    """Attach CEL rules to a model's schema node."""
+    return {"x-kubernetes-validations": cast(list[JsonValue], rules)}
+
+
 def _quantity(description: str, default: Any = None) -> Any:
     return Field(default=default, description=description, json_schema_extra=QUANTITY_SCHEMA)
 
@@ -51,13 +56,13 @@ class _Model(BaseModel):
 class EnvVar(_Model):
     """An environment variable for the training container (same shape as a core/v1 EnvVar)."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": RULES_ENV_VAR})
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_ENV_VAR))
 
     name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME)
     """Variable name. Names the operator owns (PET_*, RANK, WORLD_SIZE, MASTER_*, ...) are rejected."""
     value: str | None = Field(default=None, max_length=32768)
     """Literal value."""
-    valueFrom: dict[str, Any] | None = Field(  # noqa: N815 (Kubernetes field name)
+    valueFrom: dict[str, Any] | None = Field(
         default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
     """A source for the value (configMapKeyRef, fieldRef, resourceFieldRef, secretKeyRef), as in core/v1."""
@@ -66,9 +71,9 @@ class EnvVar(_Model):
 class Resources(_Model):
     """CPU and memory for each worker; used as both request and limit (Guaranteed QoS)."""
 
-    cpu: Quantity | None = _quantity("CPU per worker pod, e.g. \"180\" on a p5.48xlarge.")
+    cpu: Quantity | None = _quantity('CPU per worker pod, e.g. "180" on a p5.48xlarge.')
     memory: Quantity | None = _quantity("Memory per worker pod, e.g. 1800Gi on a p5.48xlarge.")
-    ephemeralStorage: Quantity | None = _quantity(  # noqa: N815
+    ephemeralStorage: Quantity | None = _quantity(
         "Local ephemeral storage per worker pod (container scratch, logs)."
     )
 
@@ -76,13 +81,13 @@ class Resources(_Model):
 class Fsx(_Model):
     """An FSx for Lustre volume (through an existing PersistentVolumeClaim) mounted in every worker."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": RULES_FSX})
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_FSX))
 
-    claimName: str = Field(min_length=1, max_length=253)  # noqa: N815
+    claimName: str = Field(min_length=1, max_length=253)
     """Name of the PersistentVolumeClaim (ReadWriteMany, fsx.csi.aws.com) in the job's namespace."""
-    mountPath: str = Field(default="/fsx", min_length=1, max_length=1024)  # noqa: N815
+    mountPath: str = Field(default="/fsx", min_length=1, max_length=1024)
     """Absolute path where the volume is mounted in the worker container."""
-    readOnly: bool = False  # noqa: N815
+    readOnly: bool = False
     """Mount the volume read-only (checkpoints then need another writable path)."""
 
 
@@ -92,40 +97,40 @@ class Rendezvous(_Model):
     backend: Literal["etcd-v3", "c10d"] = "etcd-v3"
     """etcd-v3 (our etcd v3 plugin, survives any worker's loss) or c10d (torch's TCPStore)."""
     endpoint: str = Field(default="", max_length=512)
-    """host:port of an existing rendezvous server. Empty: the operator runs one for the job, off the workers."""
-    timeoutSeconds: int = Field(default=900, ge=1, le=86400)  # noqa: N815
+    """host:port of an existing rendezvous server; empty: the operator runs one, off the workers."""
+    timeoutSeconds: int = Field(default=900, ge=1, le=86400)
     """How long agents wait for enough members to form a round (torchrun join_timeout)."""
-    lastCallSeconds: int = Field(default=2, ge=0, le=3600)  # noqa: N815
+    lastCallSeconds: int = Field(default=2, ge=0, le=3600)
     """Extra wait after the minimum is reached, for more members to join the round (last_call_timeout)."""
-    closeTimeoutSeconds: int = Field(default=10, ge=1, le=3600)  # noqa: N815
+    closeTimeoutSeconds: int = Field(default=10, ge=1, le=3600)
     """How long agents wait for a closed round to be acknowledged (close_timeout)."""
-    heartbeatSeconds: int = Field(default=2, ge=1, le=600)  # noqa: N815
+    heartbeatSeconds: int = Field(default=2, ge=1, le=600)
     """Keep-alive interval of each agent in the rendezvous state (keep_alive_interval)."""
-    heartbeatMisses: int = Field(default=3, ge=1, le=100)  # noqa: N815
+    heartbeatMisses: int = Field(default=3, ge=1, le=100)
     """Missed keep-alives before a member counts as dead (keep_alive_max_attempt)."""
 
 
 class FailurePolicy(_Model):
     """When a lost worker is replaced, when the job shrinks, and when it gives up."""
 
-    maxRestarts: int = Field(default=20, ge=0, le=100000)  # noqa: N815
+    maxRestarts: int = Field(default=20, ge=0, le=100000)
     """Membership changes (restarts) allowed before the job fails."""
-    nodeFailureGraceSeconds: int = Field(default=30, ge=0, le=86400)  # noqa: N815
+    nodeFailureGraceSeconds: int = Field(default=30, ge=0, le=86400)
     """Seconds a worker's node may be NotReady/unreachable before the worker is replaced (0 = at once)."""
-    pendingTimeoutSeconds: int = Field(default=300, ge=1, le=86400)  # noqa: N815
+    pendingTimeoutSeconds: int = Field(default=300, ge=1, le=86400)
     """Seconds a replacement may stay unschedulable before the job shrinks to what runs."""
-    belowMinTimeoutSeconds: int = Field(default=1800, ge=1, le=604800)  # noqa: N815
+    belowMinTimeoutSeconds: int = Field(default=1800, ge=1, le=604800)
     """Seconds the job may run below minReplicas before it fails."""
-    resizeCooldownSeconds: int = Field(default=30, ge=0, le=86400)  # noqa: N815
+    resizeCooldownSeconds: int = Field(default=30, ge=0, le=86400)
     """Minimum seconds between two resizes (grow after a shrink), to avoid flapping."""
-    nonRetryableExitCodes: list[int] = Field(default_factory=list, max_length=64)  # noqa: N815
+    nonRetryableExitCodes: list[int] = Field(default_factory=list, max_length=64)
     """Worker exit codes that fail the job at once instead of being retried."""
 
 
 class Scheduling(_Model):
     """Where worker pods may run."""
 
-    nodeSelector: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
     """Node labels every worker's node must have."""
     tolerations: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -136,30 +141,30 @@ class Scheduling(_Model):
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
     """Affinity (core/v1 shape), merged with the instance-type node affinity."""
-    priorityClassName: str = Field(default="", max_length=253)  # noqa: N815
+    priorityClassName: str = Field(default="", max_length=253)
     """PriorityClass of the worker pods."""
-    schedulerName: str = Field(default="", max_length=253)  # noqa: N815
+    schedulerName: str = Field(default="", max_length=253)
     """Scheduler of the worker pods (e.g. a gang scheduler); empty = default scheduler."""
-    instanceTypes: list[str] = Field(default_factory=list, max_length=32)  # noqa: N815
+    instanceTypes: list[str] = Field(default_factory=list, max_length=32)
     """Allowed EC2 instance types (node.kubernetes.io/instance-type), e.g. [p5.48xlarge]."""
-    gangScheduling: bool = False  # noqa: N815
+    gangScheduling: bool = False
     """Create a PodGroup (scheduling.x-k8s.io, minMember = minReplicas) for gang-aware schedulers."""
 
 
 class LLMTrainingJobSpec(_Model):
     """The desired state of an elastic training job."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": RULES_SPEC})
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_SPEC))
 
-    minReplicas: int = Field(ge=1, le=4096)  # noqa: N815
+    minReplicas: int = Field(ge=1, le=4096)
     """Fewest worker nodes the job may run on."""
-    maxReplicas: int = Field(ge=1, le=4096)  # noqa: N815
+    maxReplicas: int = Field(ge=1, le=4096)
     """Most worker nodes the job may run on."""
     replicas: int | None = Field(default=None, ge=1, le=4096)
     """Desired worker count (scale subresource); unset means maxReplicas."""
     image: str = Field(min_length=1, max_length=1024)
     """Trainer container image."""
-    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"  # noqa: N815
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Image pull policy of the worker container."""
     command: list[str] = Field(
         default_factory=lambda: ["python", "-m", "llm_trainer"], min_length=1, max_length=64
@@ -169,28 +174,28 @@ class LLMTrainingJobSpec(_Model):
     """Arguments appended to command."""
     env: list[EnvVar] = Field(default_factory=list, max_length=256)
     """User environment; overrides the operator's EFA/NCCL defaults, never its reserved names."""
-    gpusPerNode: int = Field(default=8, ge=0, le=64)  # noqa: N815
+    gpusPerNode: int = Field(default=8, ge=0, le=64)
     """nvidia.com/gpu limit of each worker (0 = CPU only)."""
-    nprocPerNode: int | None = Field(default=None, ge=1, le=256)  # noqa: N815
+    nprocPerNode: int | None = Field(default=None, ge=1, le=256)
     """Processes per worker; unset means gpusPerNode (1 when gpusPerNode is 0)."""
-    efaPerNode: int = Field(default=0, ge=0, le=64)  # noqa: N815
+    efaPerNode: int = Field(default=0, ge=0, le=64)
     """vpc.amazonaws.com/efa devices per worker (32 on p5.48xlarge, 4 on p4d.24xlarge; 0 = no EFA)."""
     resources: Resources = Field(default_factory=Resources)
     """CPU and memory of each worker."""
-    sharedMemory: Quantity | None = _quantity("Size limit of /dev/shm (a memory-backed emptyDir).")  # noqa: N815
+    sharedMemory: Quantity | None = _quantity("Size limit of /dev/shm (a memory-backed emptyDir).")
     fsx: Fsx | None = None
     """FSx for Lustre volume for data and checkpoints."""
-    checkpointDir: str | None = Field(default=None, max_length=1024, pattern=ABSOLUTE_PATH)  # noqa: N815
+    checkpointDir: str | None = Field(default=None, max_length=1024, pattern=ABSOLUTE_PATH)
     """Where the trainer writes checkpoints (under fsx.mountPath when fsx is set)."""
     rendezvous: Rendezvous = Field(default_factory=Rendezvous)
     """Rendezvous of the torchrun agents."""
-    failurePolicy: FailurePolicy = Field(default_factory=FailurePolicy)  # noqa: N815
+    failurePolicy: FailurePolicy = Field(default_factory=FailurePolicy)
     """Failure handling and elasticity timing."""
     scheduling: Scheduling = Field(default_factory=Scheduling)
     """Placement of the worker pods."""
-    terminationGracePeriodSeconds: int = Field(default=300, ge=0, le=3600)  # noqa: N815
+    terminationGracePeriodSeconds: int = Field(default=300, ge=0, le=3600)
     """Seconds a stopping worker gets to finish its step and write a checkpoint."""
-    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0, le=31536000)  # noqa: N815
+    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0, le=31536000)
     """Delete the finished pods this long after Succeeded/Failed (the job object stays)."""
     suspend: bool = False
     """True deletes the workers and keeps the job Suspended until set back to false."""
@@ -209,9 +214,9 @@ class Condition(_Model):
     """CamelCase reason of the last transition."""
     message: str = ""
     """Human-readable detail."""
-    lastTransitionTime: str = ""  # noqa: N815
+    lastTransitionTime: str = ""
     """When the status last changed (RFC 3339)."""
-    observedGeneration: int = 0  # noqa: N815
+    observedGeneration: int = 0
     """The spec generation the condition was computed from."""
 
 
@@ -224,17 +229,17 @@ class LLMTrainingJobStatus(_Model):
     """Pending, Running, Scaling, Restarting, Suspended, Succeeded or Failed."""
     replicas: int = 0
     """Worker pods that exist and are not terminating (scale subresource)."""
-    readyReplicas: int = 0  # noqa: N815
+    readyReplicas: int = 0
     """Worker pods that are Running and Ready."""
-    targetReplicas: int = 0  # noqa: N815
+    targetReplicas: int = 0
     """The size the operator currently aims at (desired, or smaller after a shrink)."""
-    desiredReplicas: int = 0  # noqa: N815
+    desiredReplicas: int = 0
     """spec.replicas (or maxReplicas) as last seen: a change is a user resize."""
     restarts: int = 0
     """Membership changes so far (each one bumps the attempt label of new pods)."""
     selector: str = ""
     """Label selector of the worker pods (scale subresource)."""
-    observedGeneration: int = 0  # noqa: N815
+    observedGeneration: int = 0
     """The spec generation this status reflects."""
     conditions: list[Condition] = Field(default_factory=list)
     """Standard conditions."""
@@ -242,15 +247,15 @@ class LLMTrainingJobStatus(_Model):
     """Reason of the last phase change."""
     message: str = ""
     """Detail of the last phase change."""
-    startTime: str | None = None  # noqa: N815
+    startTime: str | None = None
     """When the job first ran (RFC 3339)."""
-    completionTime: str | None = None  # noqa: N815
+    completionTime: str | None = None
     """When the job Succeeded or Failed (RFC 3339)."""
-    lastResizeTime: str | None = None  # noqa: N815
+    lastResizeTime: str | None = None
     """When the target size last changed (RFC 3339)."""
-    belowMinSince: str | None = None  # noqa: N815
+    belowMinSince: str | None = None
     """Since when fewer than minReplicas workers run (RFC 3339); unset when at or above."""
-    rendezvousEndpoint: str = ""  # noqa: N815
+    rendezvousEndpoint: str = ""
     """The endpoint the workers use."""
 
 
@@ -276,11 +281,11 @@ class ObjectMeta(_Model):
 class LLMTrainingJob(_Model):
     """An elastic multi-node LLM training job."""
 
-    model_config = ConfigDict(extra="ignore", json_schema_extra={"x-kubernetes-validations": RULES_JOB})
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_cel(RULES_JOB))
 
-    apiVersion: Literal["elasticllm.dev/v1alpha1"] = API_VERSION  # noqa: N815
+    apiVersion: Literal["elasticllm.dev/v1alpha1"] = "elasticllm.dev/v1alpha1"
     """elasticllm.dev/v1alpha1"""
-    kind: Literal["LLMTrainingJob"] = KIND
+    kind: Literal["LLMTrainingJob"] = "LLMTrainingJob"
     """LLMTrainingJob"""
     metadata: ObjectMeta
     """Standard object metadata."""

@@ -29,16 +29,30 @@ RESERVED_ENV_PREFIXES: tuple[str, ...] = ("PET_", "TORCHELASTIC_", "LLMJOB_")
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 ABSOLUTE_PATH = r"^/"
 # The pattern apiserver-generated schemas use for resource.Quantity.
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
+_NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
 QUANTITY_SCHEMA: dict[str, Any] = {"x-llmjob-quantity": True}
 # Longest job name: pod hostnames `<job>-worker-<index>` must stay a 63-character DNS label.
 MAX_JOB_NAME = 47
 
 
-def _rule(rule: str, message: str, field_path: str = "", reason: str = "FieldValueInvalid") -> dict[str, str]:
-    out = {"rule": rule, "messageExpression": message, "reason": reason}
+# Render-only messages with the offending numbers. The apiserver's CEL cost estimator treats
+# string(int) as unbounded, so a messageExpression that concatenates one exceeds the CRD's cost budget;
+# those rules carry a static message in the CRD and this richer one in `llmjob render`.
+DETAILS: dict[str, str] = {}
+
+
+def _rule(
+    rule: str, message: str, field_path: str = "", reason: str = "FieldValueInvalid", static: str = ""
+) -> dict[str, str]:
+    """A CEL rule. ``message`` is a CEL messageExpression; with ``static``, the CRD gets ``static`` as its
+    plain message and ``message`` is only evaluated by `llmjob render` (see DETAILS)."""
+    out = {"rule": rule, "reason": reason}
+    if static:
+        out["message"] = static
+        DETAILS[rule] = message
+    else:
+        out["messageExpression"] = message
     if field_path:
         out["fieldPath"] = field_path
     return out
@@ -67,12 +81,14 @@ RULES_SPEC: list[dict[str, str]] = [
         "'spec.minReplicas (' + string(self.minReplicas) + ') must be <= spec.maxReplicas ('"
         " + string(self.maxReplicas) + ')'",
         ".minReplicas",
+        static="spec.minReplicas must be <= spec.maxReplicas",
     ),
     _rule(
         "!has(self.replicas) || (self.replicas >= self.minReplicas && self.replicas <= self.maxReplicas)",
-        "'spec.replicas (' + string(self.replicas) + ') must be within [spec.minReplicas, spec.maxReplicas] = ['"
-        " + string(self.minReplicas) + ', ' + string(self.maxReplicas) + ']'",
+        "'spec.replicas (' + string(self.replicas) + ') must be within [spec.minReplicas,"
+        " spec.maxReplicas] = [' + string(self.minReplicas) + ', ' + string(self.maxReplicas) + ']'",
         ".replicas",
+        static="spec.replicas must be within [spec.minReplicas, spec.maxReplicas]",
     ),
     _rule(
         "!has(self.fsx) || !has(self.checkpointDir) || self.checkpointDir == self.fsx.mountPath"
@@ -86,7 +102,7 @@ RULES_SPEC: list[dict[str, str]] = [
         "self.rendezvous.backend in ['etcd-v3', 'c10d']",
         "'spec.rendezvous.backend (' + self.rendezvous.backend + ') must be one of etcd-v3, c10d'",
         ".rendezvous.backend",
-        "FieldValueNotSupported",
+        "FieldValueInvalid",
     ),
     _rule(
         "self.rendezvous.endpoint == '' || self.rendezvous.endpoint.matches('^[A-Za-z0-9.-]+:[0-9]{1,5}$')",
@@ -99,6 +115,7 @@ RULES_SPEC: list[dict[str, str]] = [
         "'spec.nprocPerNode (' + string(self.nprocPerNode) + ') must be <= spec.gpusPerNode ('"
         " + string(self.gpusPerNode) + '): one process per GPU at most'",
         ".nprocPerNode",
+        static="spec.nprocPerNode must be <= spec.gpusPerNode: one process per GPU at most",
     ),
     _rule(
         "self.failurePolicy.nonRetryableExitCodes.all(c, c >= 1 && c <= 255)",

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import celpy
+from celpy.adapter import json_to_cel
 from pydantic import ValidationError
 
 from llm_operator.api import crd
 from llm_operator.api.models import API_VERSION, KIND, LLMTrainingJob
-from llm_operator.api.rules import QUANTITY_PATTERN
+from llm_operator.api.rules import DETAILS, QUANTITY_PATTERN
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _program(expression: str) -> Any:
 
 
 def _evaluate(expression: str, value: Any) -> Any:
-    return _program(expression).evaluate({"self": celpy.json_to_cel(value)})
+    return _program(expression).evaluate({"self": json_to_cel(value)})
 
 
 def _rules_at(schema: dict[str, Any], value: Any, path: str) -> Iterator[str]:
@@ -97,8 +98,9 @@ def _rules_at(schema: dict[str, Any], value: Any, path: str) -> Iterator[str]:
             yield f"{path or '<root>'}: rule {rule['rule']!r} could not be evaluated: {exc}"
             continue
         if not ok:
-            if "messageExpression" in rule:
-                yield str(_evaluate(rule["messageExpression"], value))
+            expression = DETAILS.get(rule["rule"]) or rule.get("messageExpression")
+            if expression:
+                yield str(_evaluate(expression, value))
             else:
                 yield f"{path}{rule.get('fieldPath', '')}: {rule.get('message', 'failed ' + rule['rule'])}"
 

@@ -41,7 +41,9 @@ def child_labels(job: LLMTrainingJob, role: str) -> dict[str, str]:
     return out
 
 
-def child_metadata(job: LLMTrainingJob, name: str, role: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+def child_metadata(
+    job: LLMTrainingJob, name: str, role: str, extra_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     """metadata of a child object in the job's namespace."""
     return {
         "name": name,

@@ -37,7 +37,9 @@ def _placement(job: LLMTrainingJob, settings: Settings) -> dict[str, Any]:
     preferred: list[dict[str, Any]] = [
         {
             "weight": 100,
-            "preference": {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]},
+            "preference": {
+                "matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]
+            },
         }
     ]
     if job.spec.scheduling.instanceTypes:

@@ -217,5 +217,8 @@ def pod_group(job: LLMTrainingJob) -> dict[str, Any]:
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
         "metadata": child_metadata(job, job.metadata.name, labels.ROLE_WORKER),
-        "spec": {"minMember": job.spec.minReplicas, "scheduleTimeoutSeconds": job.spec.failurePolicy.pendingTimeoutSeconds},
+        "spec": {
+            "minMember": job.spec.minReplicas,
+            "scheduleTimeoutSeconds": job.spec.failurePolicy.pendingTimeoutSeconds,
+        },
     }

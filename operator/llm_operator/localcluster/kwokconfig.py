@@ -100,7 +100,16 @@ def kwok_configuration(settings: KwokctlSettings) -> dict[str, Any]:
     return {
         "apiVersion": CONFIG_API,
         "kind": "KwokConfiguration",
-        "options": {"cidr": settings.pod_cidr},
+        # kwok applies no defaults to a KwokConfiguration it is given: set what it needs explicitly.
+        "options": {
+            "cidr": settings.pod_cidr,
+            "podPlayStageParallelism": 4,
+            "nodePlayStageParallelism": 4,
+            "nodeLeaseParallelism": 4,
+            "podsOnNodeSyncParallelism": 1,
+            "nodeLeaseDurationSeconds": settings.node_lease_duration_s,
+            "enablePodsOnNodeSyncListPager": True,
+        },
     }
 
 

@@ -39,7 +39,10 @@ def fits(job: LLMTrainingJob, node: NodeView) -> bool:
 
 
 def free_slots(
-    job: LLMTrainingJob, nodes: Iterable[NodeView], all_workers: Iterable[PodView], job_workers: Iterable[PodView]
+    job: LLMTrainingJob,
+    nodes: Iterable[NodeView],
+    all_workers: Iterable[PodView],
+    job_workers: Iterable[PodView],
 ) -> int:
     """Nodes that fit the job and have room: GPUs left for GPU jobs, no worker of this job for CPU jobs."""
     used_gpus: dict[str, int] = {}

@@ -51,7 +51,9 @@ def node_lost_since(node: NodeView) -> float | None:
     return min(times) if times else 0.0
 
 
-def assess(pod: PodView, node: NodeView | None, now: float, grace: int, non_retryable: Iterable[int]) -> Health:
+def assess(
+    pod: PodView, node: NodeView | None, now: float, grace: int, non_retryable: Iterable[int]
+) -> Health:
     """Classify one worker pod. ``node`` is None when its node no longer exists."""
     on_node = bool(pod.node)
     if pod.deleting:

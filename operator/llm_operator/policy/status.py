@@ -56,7 +56,13 @@ def conditions(
 ) -> list[dict[str, Any]]:
     """Ready, Degraded (smaller than desired), Suspended, and the terminal Complete/Failed."""
     out = [
-        _condition("Ready", phase == "Running", phase, message if phase != "Running" else "all workers ready", generation),
+        _condition(
+            "Ready",
+            phase == "Running",
+            phase,
+            message if phase != "Running" else "all workers ready",
+            generation,
+        ),
         _condition(
             "Degraded",
             phase not in ("Suspended", "Succeeded", "Failed") and target < desired,
@@ -64,14 +70,24 @@ def conditions(
             f"running at {target} of desired {desired} workers" + (f": {size_reason}" if size_reason else ""),
             generation,
         ),
-        _condition("Suspended", phase == "Suspended", "Suspended" if phase == "Suspended" else "NotSuspended", "", generation),
+        _condition(
+            "Suspended",
+            phase == "Suspended",
+            "Suspended" if phase == "Suspended" else "NotSuspended",
+            "",
+            generation,
+        ),
     ]
     if phase in ("Succeeded", "Failed"):
-        out.append(_condition("Complete" if phase == "Succeeded" else "Failed", True, phase, message, generation))
+        out.append(
+            _condition("Complete" if phase == "Succeeded" else "Failed", True, phase, message, generation)
+        )
     return out
 
 
-def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+def merge_conditions(
+    old: list[dict[str, Any]], new: list[dict[str, Any]], now: float
+) -> list[dict[str, Any]]:
     """Keep lastTransitionTime when a condition's status did not change."""
     previous = {c.get("type"): c for c in old}
     merged = []

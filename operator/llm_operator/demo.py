@@ -1,0 +1,204 @@
+"""`llmjob demo` (`make demo`): the product in two minutes on a local control plane.
+
+Starts a local cluster of fake p5.48xlarge nodes, runs the operator, applies an elastic job
+(min 2, max 4), waits for it to run at 4, makes one node NotReady, shows the operator replacing the
+lost worker and shrinking to what fits, restores the node, shows it growing back, and prints a
+timeline with the reaction time of each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llm_operator import labels
+from llm_operator.localcluster import chaos
+from llm_operator.localcluster.cluster import LocalCluster
+from llm_operator.localcluster.kubectl import Kubectl
+from llm_operator.localcluster.waiting import poll
+
+CLUSTER = "llmjob-demo"
+JOB = "llama-demo"
+NAMESPACE = "default"
+STEP_TIMEOUT = 90.0
+
+
+@dataclass
+class Timeline:
+    """What happened and when, relative to the job's creation."""
+
+    start: float = field(default_factory=time.monotonic)
+    rows: list[tuple[str, float, str]] = field(default_factory=list)
+
+    def mark(self, what: str, reaction: str = "") -> float:
+        now = time.monotonic()
+        self.rows.append((what, now - self.start, reaction))
+        print(f"  [{now - self.start:6.1f}s] {what}" + (f"  ({reaction})" if reaction else ""), flush=True)
+        return now
+
+    def table(self) -> str:
+        width = max(len(r[0]) for r in self.rows)
+        lines = [f"{'what happened':<{width}}  {'at':>7}  reaction", f"{'-' * width}  {'-' * 7}  {'-' * 30}"]
+        lines += [f"{what:<{width}}  {at:6.1f}s  {reaction}" for what, at, reaction in self.rows]
+        return "\n".join(lines)
+
+
+def demo_job(grace: int) -> dict[str, Any]:
+    """The demo's job: 2..4 fake p5.48xlarge workers, fast timeouts so the story fits in a minute."""
+    return {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": JOB, "namespace": NAMESPACE},
+        "spec": {
+            "minReplicas": 2,
+            "maxReplicas": 4,
+            "image": "ghcr.io/elasticllm/llm-trainer:0.1.0",
+            "args": ["--model", "1b", "--checkpoint-every", "100"],
+            "gpusPerNode": 8,
+            "efaPerNode": 32,
+            "checkpointDir": "/fsx/checkpoints/demo",
+            "fsx": {"claimName": "fsx-claim", "mountPath": "/fsx"},
+            "failurePolicy": {
+                "nodeFailureGraceSeconds": grace,
+                "pendingTimeoutSeconds": 10,
+                "resizeCooldownSeconds": 5,
+            },
+            "scheduling": {"instanceTypes": ["p5.48xlarge"]},
+        },
+    }
+
+
+def _status(kube: Kubectl) -> dict[str, Any]:
+    obj = kube.get("llmtrainingjob", JOB, NAMESPACE) or {}
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def _workers(kube: Kubectl) -> list[dict[str, Any]]:
+    return kube.items(
+        "pods", "--selector", f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=NAMESPACE
+    )
+
+
+def _running_at(kube: Kubectl, size: int) -> bool:
+    s = _status(kube)
+    return s.get("phase") == "Running" and s.get("readyReplicas") == size and s.get("targetReplicas") == size
+
+
+def _start_operator(log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "llm_operator.cli", "operator", "--standalone", "--all-namespaces"]
+    argv += ["--metrics-port", "0", "--liveness-port", "0"]
+    return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=dict(os.environ))
+
+
+def _pvc() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "fsx-claim", "namespace": NAMESPACE},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1200Gi"}}},
+    }
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run the story; returns the exit code."""
+    cluster = LocalCluster(CLUSTER)
+    print(f">> 1/6 local control plane `{CLUSTER}` with {args.nodes} fake p5.48xlarge nodes", flush=True)
+    cluster.up(gpu_nodes=args.nodes, cpu_nodes=1)
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    kube = cluster.kube
+    log = cluster.logs_dir / "demo-operator.log"
+    print(f">> 2/6 operator (log: {log})", flush=True)
+    operator = _start_operator(log)
+    try:
+        return _story(cluster, kube, args)
+    except Exception as exc:
+        print(
+            f"demo failed: {exc}\n--- operator log (tail) ---\n{log.read_text(errors='replace')[-3000:]}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+        if args.keep:
+            print(
+                f">> kept: export KUBECONFIG={cluster.kubeconfig}"
+                f"; `llmjob cluster down --name {CLUSTER}` removes it"
+            )
+        else:
+            print(">> tearing down the demo cluster (use --keep to keep it)", flush=True)
+            cluster.down()
+
+
+def _story(cluster: LocalCluster, kube: Kubectl, args: argparse.Namespace) -> int:
+    kube.run("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    kube.apply([_pvc()])
+    tl = Timeline()
+    print(f">> 3/6 apply LLMTrainingJob {JOB} (min 2, max 4, grace {args.grace}s)", flush=True)
+    kube.run("apply", "-f", "-", input=yaml.safe_dump(demo_job(args.grace)))
+    tl.mark("job applied")
+    poll(lambda: len(_workers(kube)) == 4, timeout=STEP_TIMEOUT, what="4 worker pods")
+    tl.mark("4 worker pods created")
+    poll(lambda: _running_at(kube, 4), timeout=STEP_TIMEOUT, what="job Running at 4")
+    t_running = tl.mark("job Running at 4/4")
+
+    victim = next(p for p in _workers(kube) if p["metadata"]["name"].endswith("-worker-1"))
+    node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
+    print(f">> 4/6 node {node} (hosting {victim['metadata']['name']}) goes NotReady", flush=True)
+    chaos.node_not_ready(node, kube=kube, wait=False)
+    t_fail = tl.mark(f"node {node} NotReady")
+
+    def replaced() -> bool:
+        return any(
+            p["metadata"]["name"] == victim["metadata"]["name"] and p["metadata"]["uid"] != old_uid
+            for p in _workers(kube)
+        ) or old_uid not in {p["metadata"]["uid"] for p in _workers(kube)}
+
+    poll(replaced, timeout=STEP_TIMEOUT, what="the lost worker to be force-deleted and replaced")
+    tl.mark(
+        "lost worker force-deleted, replacement created", f"{time.monotonic() - t_fail:.1f}s after NotReady"
+    )
+    poll(lambda: _running_at(kube, 3), timeout=STEP_TIMEOUT, what="job Running at 3 (no spare node)")
+    tl.mark(
+        "replacement unschedulable: shrunk, Running at 3/4",
+        f"{time.monotonic() - t_fail:.1f}s after NotReady (pendingTimeoutSeconds 10)",
+    )
+    print(f">> 5/6 node {node} comes back", flush=True)
+    chaos.node_ready(node, kube=kube)
+    t_back = tl.mark(f"node {node} Ready again")
+    poll(lambda: _running_at(kube, 4), timeout=STEP_TIMEOUT, what="job grown back to 4")
+    tl.mark("grown back, Running at 4/4", f"{time.monotonic() - t_back:.1f}s after the node returned")
+    status = _status(kube)
+    print("\n>> 6/6 timeline\n")
+    print(tl.table())
+    print(
+        f"\nrestarts (membership changes): {status.get('restarts')};"
+        f" total {time.monotonic() - t_running:.1f}s"
+    )
+    print("\n$ kubectl get llmjob -o wide")
+    print(kube.run("get", "llmjob", JOB, "-n", NAMESPACE, "-o", "wide").stdout)
+    events = kube.run(
+        "get",
+        "events",
+        "-n",
+        NAMESPACE,
+        "--field-selector",
+        f"involvedObject.name={JOB}",
+        "--sort-by=.lastTimestamp",
+        "-o",
+        "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
+    )
+    print("$ kubectl get events (the job's)\n" + events.stdout)
+    return 0

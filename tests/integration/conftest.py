@@ -1,0 +1,87 @@
+"""The operator under test: in-process (kopf KopfRunner) or as a real subprocess that can be killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kopf.testing import KopfRunner
+
+
+@pytest.fixture
+def operator(cluster: Any, namespace: str) -> Iterator[KopfRunner]:
+    """The operator, in this process, watching the test's namespace only."""
+    args = ["run", "--standalone", "--namespace", namespace, "-m", "llm_operator.handlers", "--verbose"]
+    with KopfRunner(args, timeout=60) as runner:
+        yield runner
+    assert runner.exception is None, runner.output[-4000:]
+
+
+class OperatorProcess:
+    """`llmjob operator` as a child process with its log in a file."""
+
+    def __init__(self, namespace: str, log_dir: Path) -> None:
+        self.namespace = namespace
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = (self.log_dir / f"operator-{self.starts}.log").open("wb")
+        argv = [
+            sys.executable,
+            "-m",
+            "llm_operator.cli",
+            "operator",
+            "--standalone",
+            "--namespace",
+            self.namespace,
+            "--metrics-port",
+            "0",
+            "--liveness-port",
+            "0",
+            "--log-level",
+            "debug",
+        ]
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, like a crashed or evicted operator pod."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def logs(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.log_dir.glob("operator-*.log"))
+        )
+
+
+@pytest.fixture
+def operator_process(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[[], OperatorProcess]]:
+    """A factory for an operator subprocess (started on demand, stopped at the end)."""
+    made: list[OperatorProcess] = []
+
+    def make() -> OperatorProcess:
+        proc = OperatorProcess(namespace, tmp_path)
+        made.append(proc)
+        return proc
+
+    yield make
+    for proc in made:
+        proc.stop()

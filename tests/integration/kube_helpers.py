@@ -1,0 +1,62 @@
+"""Small readers over kubectl for integration tests (JSON in, dicts out)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from llm_operator import labels
+
+
+def apply(cluster: Any, doc: dict[str, Any], *extra: str) -> Any:
+    return cluster.kubectl("apply", "-f", "-", *extra, input=yaml.safe_dump(doc), check=False)
+
+
+def get_json(cluster: Any, *args: str) -> dict[str, Any] | None:
+    result = cluster.kubectl("get", *args, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def job(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
+    return get_json(cluster, "llmtrainingjobs", name, "-n", namespace) or {}
+
+
+def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = job(cluster, namespace, name).get("status") or {}
+    return data
+
+
+def workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    data = get_json(cluster, "pods", "-n", namespace, "-l", f"{labels.JOB_NAME}={name},{labels.ROLE}=worker")
+    return list((data or {}).get("items", []))
+
+
+def live_workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [p for p in workers(cluster, namespace, name) if not p["metadata"].get("deletionTimestamp")]
+
+
+def running_workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [
+        p for p in live_workers(cluster, namespace, name) if p.get("status", {}).get("phase") == "Running"
+    ]
+
+
+def job_manifest(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "minReplicas": 2,
+        "maxReplicas": 4,
+        "image": "ghcr.io/elasticllm/llm-trainer:test",
+        "gpusPerNode": 0,
+        "failurePolicy": {"nodeFailureGraceSeconds": 0, "resizeCooldownSeconds": 0},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body,
+    }

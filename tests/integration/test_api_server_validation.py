@@ -1,0 +1,78 @@
+"""The real apiserver enforces the generated CRD: same rules, same messages as `llmjob render`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from llm_operator.api.validate import validate
+
+from tests.unit.test_validation import INVALID
+
+from .kube_helpers import apply
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parents[2]
+
+# Messages the apiserver phrases itself (schema errors): check it rejects and names the field.
+SCHEMA_FIELD = {
+    # rules whose CRD message is static (no numbers: see llm_operator.api.rules.DETAILS)
+    "min above max": "spec.minReplicas must be <= spec.maxReplicas",
+    "replicas above max": "spec.replicas must be within [spec.minReplicas, spec.maxReplicas]",
+    "replicas below min": "spec.replicas must be within [spec.minReplicas, spec.maxReplicas]",
+    "nproc above gpus": "spec.nprocPerNode must be <= spec.gpusPerNode",
+    "min zero": "spec.minReplicas",
+    "max missing": "spec.maxReplicas",
+    "image missing": "spec.image",
+    "image empty": "spec.image",
+    "fsx without claim": "spec.fsx.claimName",
+    "checkpoint relative": "spec.checkpointDir",
+    "unknown backend": "spec.rendezvous.backend",
+    "negative grace": "spec.failurePolicy.nodeFailureGraceSeconds",
+    "bad quantity": "spec.resources.memory",
+    "unknown field": "replicaz",
+    "wrong type": "spec.minReplicas",
+    "command as string": "spec.command",
+    "bad pull policy": "spec.imagePullPolicy",
+}
+
+
+@pytest.mark.parametrize(("case", "doc", "expected"), INVALID, ids=[c[0] for c in INVALID])
+def test_apiserver_rejects_invalid(
+    cluster: Any, namespace: str, case: str, doc: dict[str, Any], expected: str
+) -> None:
+    doc = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
+    doc["metadata"].pop("uid", None)
+    doc["metadata"].pop("generation", None)
+    result = apply(cluster, doc, "--dry-run=server")
+    assert result.returncode != 0, f"{case}: the apiserver accepted it"
+    wanted = SCHEMA_FIELD.get(case, expected)
+    assert wanted in result.stderr, result.stderr
+    assert validate(doc).problems, "render and the apiserver must agree"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "deploy" / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_apiserver_accepts_examples(cluster: Any, namespace: str, path: Path) -> None:
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc or doc.get("kind") != "LLMTrainingJob":
+            continue
+        doc["metadata"]["namespace"] = namespace
+        result = apply(cluster, doc, "--dry-run=server")
+        assert result.returncode == 0, result.stderr
+
+
+def test_apiserver_applies_defaults(cluster: Any, namespace: str) -> None:
+    doc = {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": "defaults", "namespace": namespace},
+        "spec": {"minReplicas": 1, "maxReplicas": 2, "image": "i"},
+    }
+    result = apply(cluster, doc, "--dry-run=server", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    spec = yaml.safe_load(result.stdout)["spec"]
+    assert spec["failurePolicy"]["nodeFailureGraceSeconds"] == 30
+    assert spec["rendezvous"]["backend"] == "etcd-v3"
+    assert spec["command"] == ["python", "-m", "llm_trainer"]

@@ -1,0 +1,261 @@
+"""Elasticity scenarios on the local control plane (4 fake p5.48xlarge nodes), one per test."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from llm_operator.localcluster import chaos
+
+from tests.support.wait import wait_for
+
+from .conftest import OperatorProcess
+from .kube_helpers import apply, job_manifest, live_workers, running_workers, status, workers
+
+pytestmark = pytest.mark.cluster
+TIMEOUT = 60
+
+
+def gpu_job(namespace: str, name: str = "llama", **spec: Any) -> dict[str, Any]:
+    spec.setdefault("gpusPerNode", 8)
+    spec.setdefault("scheduling", {"instanceTypes": ["p5.48xlarge"]})
+    return job_manifest(name, namespace, **spec)
+
+
+def wait_gpus_free(cluster: Any) -> None:
+    """Earlier tests' workers must be gone before a test that counts GPU capacity."""
+
+    def free() -> bool:
+        pods = cluster.kube.items("pods", "--all-namespaces", "--selector", "elasticllm.dev/role=worker")
+        return not [p for p in pods if p["spec"].get("nodeName", "").startswith("gpu-")]
+
+    wait_for(free, TIMEOUT, "GPU nodes free of earlier workers")
+
+
+def start(cluster: Any, namespace: str, size: int, **spec: Any) -> list[dict[str, Any]]:
+    wait_gpus_free(cluster)
+    assert apply(cluster, gpu_job(namespace, **spec)).returncode == 0
+    wait_for(
+        lambda: (
+            status(cluster, namespace, "llama").get("phase") == "Running"
+            and status(cluster, namespace, "llama").get("readyReplicas") == size
+        ),
+        TIMEOUT,
+        f"job Running at {size}",
+    )
+    return running_workers(cluster, namespace, "llama")
+
+
+def running_at(cluster: Any, namespace: str, size: int) -> bool:
+    s = status(cluster, namespace, "llama")
+    return s.get("phase") == "Running" and s.get("readyReplicas") == size
+
+
+def pod_named(pods: list[dict[str, Any]], suffix: str) -> dict[str, Any]:
+    return next(p for p in pods if p["metadata"]["name"].endswith(suffix))
+
+
+def replaced(cluster: Any, namespace: str, old: dict[str, Any]) -> Callable[[], Any]:
+    """A new Running worker exists and the old pod (by uid) is gone."""
+
+    def check() -> Any:
+        pods = running_workers(cluster, namespace, "llama")
+        uids = {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
+        return old["metadata"]["uid"] not in uids and len(pods) >= 3 and pods
+
+    return check
+
+
+def test_node_not_ready_worker_replaced(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(cluster, namespace, 3, replicas=3)
+    victim = pod_named(pods, "-worker-0")
+    chaos.node_not_ready(victim["spec"]["nodeName"], kube=cluster.kube, wait=False)
+    now = wait_for(replaced(cluster, namespace, victim), TIMEOUT, "lost worker replaced on a healthy node")
+    assert victim["spec"]["nodeName"] not in {p["spec"]["nodeName"] for p in now}
+    st = wait_for(
+        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Running" and s, TIMEOUT, "Running"
+    )
+    assert st["restarts"] == 1 and st["readyReplicas"] == 3
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
+    assert "NodeNotReady" in events
+
+
+def test_grace_period_delays_replacement(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(cluster, namespace, 3, replicas=3, failurePolicy={"nodeFailureGraceSeconds": 4})
+    victim = pod_named(pods, "-worker-1")
+    chaos.node_not_ready(victim["spec"]["nodeName"], kube=cluster.kube)
+    assert victim["metadata"]["uid"] in {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
+    wait_for(replaced(cluster, namespace, victim), TIMEOUT, "replaced once the grace period ran out")
+    assert status(cluster, namespace, "llama")["restarts"] == 1
+
+
+def test_node_deleted_worker_replaced(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(cluster, namespace, 3, replicas=3)
+    victim = pod_named(pods, "-worker-2")
+    chaos.delete_node(victim["spec"]["nodeName"], kube=cluster.kube)
+    wait_for(replaced(cluster, namespace, victim), TIMEOUT, "worker of a deleted node replaced")
+
+
+@pytest.mark.parametrize("kind", ["karpenter", "spot", "cordon"])
+def test_termination_signal_replaces_proactively(
+    cluster: Any, namespace: str, operator: Any, kind: str
+) -> None:
+    pods = start(cluster, namespace, 3, replicas=3, failurePolicy={"nodeFailureGraceSeconds": 300})
+    victim = pod_named(pods, "-worker-0")
+    node = victim["spec"]["nodeName"]
+    chaos.taint_for_termination(node, kind, kube=cluster.kube)  # type: ignore[arg-type]
+    now = wait_for(replaced(cluster, namespace, victim), TIMEOUT, f"worker moved off the {kind} node")
+    assert node not in {p["spec"]["nodeName"] for p in now}
+    node_obj = cluster.kube.get("node", node)
+    assert chaos.condition(node_obj, "Ready") == "True", "replaced before the node died"
+
+
+def test_retryable_exit_replaced_nonretryable_fails(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(cluster, namespace, 4, failurePolicy={"nonRetryableExitCodes": [42]})
+    first = pod_named(pods, "-worker-1")
+    chaos.fail_pod(namespace, first["metadata"]["name"], 1, kube=cluster.kube, wait=False)
+
+    def failed_one_replaced() -> bool:
+        uids = {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
+        return first["metadata"]["uid"] not in uids and len(running_workers(cluster, namespace, "llama")) == 4
+
+    wait_for(failed_one_replaced, TIMEOUT, "retryable failure replaced")
+    assert status(cluster, namespace, "llama")["restarts"] == 1
+    second = pod_named(running_workers(cluster, namespace, "llama"), "-worker-2")
+    chaos.fail_pod(namespace, second["metadata"]["name"], 42, kube=cluster.kube, wait=False)
+    st = wait_for(
+        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Failed" and s, TIMEOUT, "Failed"
+    )
+    assert st["reason"] == "NonRetryableExitCode" and "42" in st["message"]
+    wait_for(lambda: not running_workers(cluster, namespace, "llama"), TIMEOUT, "remaining workers deleted")
+
+
+def test_shrink_to_capacity_then_grow_back(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(
+        cluster, namespace, 4, failurePolicy={"pendingTimeoutSeconds": 3, "resizeCooldownSeconds": 0}
+    )
+    lost = [
+        pod_named(pods, "-worker-0")["spec"]["nodeName"],
+        pod_named(pods, "-worker-1")["spec"]["nodeName"],
+    ]
+    for node in lost:
+        chaos.node_not_ready(node, kube=cluster.kube, wait=False)
+    st = wait_for(
+        lambda: (
+            (s := status(cluster, namespace, "llama")).get("targetReplicas") == 2
+            and s.get("phase") == "Running"
+            and s
+        ),
+        TIMEOUT,
+        "shrunk to 2 and Running",
+    )
+    degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "InsufficientCapacity"
+    assert len(live_workers(cluster, namespace, "llama")) == 2
+    for node in lost:
+        chaos.node_ready(node, kube=cluster.kube)
+    st = wait_for(
+        lambda: (
+            (s := status(cluster, namespace, "llama")).get("readyReplicas") == 4
+            and s.get("phase") == "Running"
+            and s
+        ),
+        TIMEOUT,
+        "grown back to 4",
+    )
+    assert next(c for c in st["conditions"] if c["type"] == "Degraded")["status"] == "False"
+
+
+def test_below_min_for_too_long_fails(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(
+        cluster,
+        namespace,
+        4,
+        minReplicas=3,
+        failurePolicy={"pendingTimeoutSeconds": 60, "belowMinTimeoutSeconds": 3},
+    )
+    for suffix in ("-worker-0", "-worker-1"):
+        chaos.node_not_ready(pod_named(pods, suffix)["spec"]["nodeName"], kube=cluster.kube, wait=False)
+    st = wait_for(
+        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Failed" and s, TIMEOUT, "Failed"
+    )
+    assert st["reason"] == "BelowMinReplicas"
+
+
+def test_max_restarts_exhausted_fails(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(cluster, namespace, 4, failurePolicy={"maxRestarts": 1})
+    chaos.fail_pod(
+        namespace, pod_named(pods, "-worker-0")["metadata"]["name"], 1, kube=cluster.kube, wait=False
+    )
+    wait_for(lambda: status(cluster, namespace, "llama").get("restarts") == 1, TIMEOUT, "first restart")
+    again = wait_for(
+        lambda: len(r := running_workers(cluster, namespace, "llama")) == 4 and r, TIMEOUT, "4 running"
+    )
+    chaos.fail_pod(
+        namespace, pod_named(again, "-worker-3")["metadata"]["name"], 1, kube=cluster.kube, wait=False
+    )
+    st = wait_for(
+        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Failed" and s, TIMEOUT, "Failed"
+    )
+    assert st["reason"] == "MaxRestartsExceeded"
+
+
+def test_stuck_terminating_on_unreachable_node_force_deleted(
+    cluster: Any, namespace: str, operator: Any
+) -> None:
+    pods = start(cluster, namespace, 3, replicas=3, failurePolicy={"nodeFailureGraceSeconds": 300})
+    victim = pod_named(pods, "-worker-0")
+    chaos.node_not_ready(victim["spec"]["nodeName"], kube=cluster.kube)
+    cluster.kubectl("delete", "pod", victim["metadata"]["name"], "-n", namespace, "--wait=false")
+    wait_for(replaced(cluster, namespace, victim), TIMEOUT, "Terminating pod force-deleted and replaced")
+
+
+def test_workers_exit_zero_job_succeeds(cluster: Any, namespace: str, operator: Any) -> None:
+    pods = start(cluster, namespace, 2, replicas=2, ttlSecondsAfterFinished=1)
+    for pod in pods:
+        chaos.fail_pod(namespace, pod["metadata"]["name"], 0, kube=cluster.kube, wait=False)
+    st = wait_for(
+        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Succeeded" and s,
+        TIMEOUT,
+        "Succeeded",
+    )
+    assert st["completionTime"]
+    wait_for(lambda: not workers(cluster, namespace, "llama"), TIMEOUT, "finished pods deleted after the TTL")
+
+
+def test_operator_killed_mid_resize_converges(
+    cluster: Any, namespace: str, operator_process: Callable[[], OperatorProcess]
+) -> None:
+    """SIGKILL the operator right after a resize starts; a new one finishes it without duplicates."""
+    op = operator_process()
+    op.start()
+    wait_gpus_free(cluster)
+    apply(cluster, job_manifest("llama", namespace, minReplicas=2, maxReplicas=6, replicas=2))
+    wait_for(lambda: len(running_workers(cluster, namespace, "llama")) == 2, TIMEOUT, "2 running")
+    seen_max = [0]
+    duplicates: list[list[str]] = []
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.is_set():
+            names = [p["metadata"]["name"] for p in workers(cluster, namespace, "llama")]
+            if len(names) != len(set(names)):
+                duplicates.append(names)
+            seen_max[0] = max(seen_max[0], len(names))
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    try:
+        cluster.kubectl("scale", "llmjob/llama", "-n", namespace, "--replicas=6")
+        wait_for(lambda: len(workers(cluster, namespace, "llama")) > 2, TIMEOUT, "resize started")
+        op.kill()
+        op.start()
+        wait_for(lambda: running_at(cluster, namespace, 6), TIMEOUT, "converged at 6 after the restart")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    names = sorted(p["metadata"]["name"] for p in workers(cluster, namespace, "llama"))
+    assert names == [f"llama-worker-{i}" for i in range(6)], op.logs()
+    assert seen_max[0] <= 6 and not duplicates
