@@ -1,0 +1,136 @@
+-- Argo CD health check for elasticllm.dev/LLMTrainingJob.
+--
+-- Argo CD runs this with the live object in the global `obj` and reads `status` and `message` from the
+-- table it returns. Only the sandboxed standard library is used (no os, io or require), and nothing
+-- beyond Lua 5.1, the dialect of Argo CD's embedded VM. This file is the single source: the argocd-cm
+-- snippets next to it are generated from it (deploy/argocd/render_health_config.py) and a test keeps
+-- them in sync.
+--
+--   Suspended    spec.suspend is true, or status.phase is Suspended
+--   Healthy      Succeeded; or Running with readyReplicas >= the desired size and no Degraded condition
+--   Progressing  no status yet, the spec not yet observed, or Pending / Scaling / Restarting
+--   Degraded     Failed; or Running below the desired size, or with condition Degraded=True
+--   Unknown      a phase this script does not know
+--
+-- The desired size is spec.replicas; when it is unset the API defaults it to spec.maxReplicas.
+
+local hs = {}
+
+local function count(value)
+  if type(value) ~= "number" then
+    return 0
+  end
+  return math.floor(value)
+end
+
+local function condition(status, kind)
+  if status == nil or type(status.conditions) ~= "table" then
+    return nil
+  end
+  for _, c in ipairs(status.conditions) do
+    if c.type == kind then
+      return c
+    end
+  end
+  return nil
+end
+
+local function reason_of(c, fallback)
+  if c ~= nil and c.message ~= nil and c.message ~= "" then
+    return c.message
+  end
+  return fallback
+end
+
+local spec = obj.spec or {}
+local status = obj.status
+local desired = count(spec.replicas)
+if spec.replicas == nil then
+  desired = count(spec.maxReplicas)
+end
+if desired == 0 and status ~= nil then
+  desired = count(status.replicas)
+end
+
+local phase = nil
+if status ~= nil then
+  phase = status.phase
+end
+
+if phase == "Succeeded" then
+  hs.status = "Healthy"
+  hs.message = reason_of(condition(status, "Succeeded"), "Training finished")
+  return hs
+end
+
+if phase == "Failed" then
+  hs.status = "Degraded"
+  hs.message = reason_of(condition(status, "Failed") or condition(status, "Degraded"), "Training failed")
+  return hs
+end
+
+if spec.suspend == true or phase == "Suspended" then
+  hs.status = "Suspended"
+  if phase == "Suspended" then
+    hs.message = "Suspended: no workers run until spec.suspend is false"
+  else
+    hs.message = "Suspending: stopping the workers"
+  end
+  return hs
+end
+
+if phase == nil or phase == "" then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to pick up the job"
+  return hs
+end
+
+local generation = obj.metadata and obj.metadata.generation
+if type(generation) == "number" and type(status.observedGeneration) == "number"
+    and status.observedGeneration < generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to act on the latest spec"
+  return hs
+end
+
+local ready = count(status.readyReplicas)
+local target = count(status.targetReplicas)
+local sizes = string.format("%d/%d workers ready", ready, desired)
+if target > 0 and target ~= desired then
+  sizes = sizes .. string.format(" (target %d)", target)
+end
+
+if phase == "Pending" or phase == "Scaling" or phase == "Restarting" then
+  hs.status = "Progressing"
+  local restarts = count(status.restarts)
+  if phase == "Restarting" and restarts > 0 then
+    hs.message = string.format("%s: %s, restart %d", phase, sizes, restarts)
+  else
+    hs.message = string.format("%s: %s", phase, sizes)
+  end
+  return hs
+end
+
+if phase == "Running" then
+  local degraded = condition(status, "Degraded")
+  if ready < desired then
+    hs.status = "Degraded"
+    hs.message = string.format("Running below the desired size: %s", sizes)
+    if degraded ~= nil and degraded.status == "True" and degraded.message ~= nil then
+      hs.message = hs.message .. ": " .. degraded.message
+    end
+    return hs
+  end
+  if degraded ~= nil and degraded.status == "True" then
+    hs.status = "Degraded"
+    hs.message = reason_of(degraded, "Condition Degraded is True")
+    return hs
+  end
+  hs.status = "Healthy"
+  hs.message = string.format("Running: %s", sizes)
+  return hs
+end
+
+hs.status = "Unknown"
+hs.message = "Unrecognised phase: " .. tostring(phase)
+return hs

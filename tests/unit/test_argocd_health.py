@@ -1,0 +1,258 @@
+"""The Argo CD health check (deploy/argocd/health.lua) run in a real Lua 5.1 VM, the way Argo CD runs it.
+
+Argo CD (gopher-lua, Lua 5.1) opens only the safe libraries, sets the live object as the global `obj`,
+runs the script and reads `status` and `message` from the table the script returns. The harness below
+does the same with lupa's Lua 5.1 runtime and removes the libraries Argo CD does not open, so a script
+that reached for `os` or `require` would fail here too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from lupa import lua51
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGOCD = ROOT / "deploy" / "argocd"
+LUA = (ARGOCD / "health.lua").read_text()
+CM_KEY = "resource.customizations.health.elasticllm.dev_LLMTrainingJob"
+ARGO_STATUSES = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
+# What Argo CD leaves out of the VM (it opens base, table, string, math and the like only).
+NOT_IN_ARGO_SANDBOX = ("os", "io", "require", "package", "debug", "dofile", "loadfile", "module")
+
+
+def _to_lua(runtime: Any, value: Any) -> Any:
+    """JSON-like Python data -> Lua values, as Argo CD converts the unstructured object (null -> nil)."""
+    if isinstance(value, dict):
+        return runtime.table_from({k: _to_lua(runtime, v) for k, v in value.items() if v is not None})
+    if isinstance(value, list):
+        return runtime.table_from([_to_lua(runtime, v) for v in value])
+    return value
+
+
+def assess(obj: dict[str, Any]) -> tuple[str, str]:
+    runtime = lua51.LuaRuntime(unpack_returned_tuples=False, register_eval=False)
+    g = runtime.globals()
+    for name in NOT_IN_ARGO_SANDBOX:
+        g[name] = None
+    g["obj"] = _to_lua(runtime, obj)
+    hs = runtime.execute(LUA)
+    assert hs is not None, "the script must return the hs table"
+    status, message = hs["status"], hs["message"]
+    assert status in ARGO_STATUSES, f"not an Argo CD health status: {status!r}"
+    assert isinstance(message, str) and message, "every outcome carries a message"
+    return status, message
+
+
+def job(*, status: dict[str, Any] | None = None, generation: int = 1, **spec: Any) -> dict[str, Any]:
+    base_spec: dict[str, Any] = {"minReplicas": 2, "maxReplicas": 4, "image": "trainer:1"}
+    base_spec.update(spec)
+    obj: dict[str, Any] = {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": "llama", "namespace": "ml", "generation": generation},
+        "spec": base_spec,
+    }
+    if status is not None:
+        obj["status"] = {"observedGeneration": generation, **status}
+    return obj
+
+
+def ready(phase: str, n: int, **extra: Any) -> dict[str, Any]:
+    return {"phase": phase, "replicas": n, "readyReplicas": n, "targetReplicas": n, **extra}
+
+
+DEGRADED_TRUE = [
+    {"type": "Ready", "status": "False"},
+    {"type": "Degraded", "status": "True", "reason": "NodeLost", "message": "node ip-10-0-1-7 lost"},
+]
+
+CASES: list[tuple[str, dict[str, Any], str, str]] = [
+    # (case id, object, expected status, substring of the message)
+    ("new job without status", job(), "Progressing", "Waiting for the operator"),
+    ("status without phase", job(status={"replicas": 0}), "Progressing", "Waiting for the operator"),
+    ("pending", job(status={"phase": "Pending", "readyReplicas": 0}), "Progressing", "Pending: 0/4"),
+    (
+        "running at default size (replicas unset -> maxReplicas)",
+        job(status=ready("Running", 4)),
+        "Healthy",
+        "4/4 workers ready",
+    ),
+    (
+        "running below default size",
+        job(status={"phase": "Running", "readyReplicas": 3, "targetReplicas": 3}),
+        "Degraded",
+        "3/4 workers ready (target 3)",
+    ),
+    ("running at explicit size", job(replicas=3, status=ready("Running", 3)), "Healthy", "3/3"),
+    (
+        "running above explicit size (scale-down in flight)",
+        job(replicas=2, status=ready("Running", 3)),
+        "Healthy",
+        "3/2",
+    ),
+    (
+        "running below explicit size",
+        job(replicas=3, status={"phase": "Running", "readyReplicas": 2, "targetReplicas": 3}),
+        "Degraded",
+        "below the desired size: 2/3",
+    ),
+    (
+        "below size carries the Degraded condition message",
+        job(status={"phase": "Running", "readyReplicas": 2, "conditions": DEGRADED_TRUE}),
+        "Degraded",
+        "node ip-10-0-1-7 lost",
+    ),
+    (
+        "at size but Degraded condition true",
+        job(status=ready("Running", 4, conditions=DEGRADED_TRUE)),
+        "Degraded",
+        "node ip-10-0-1-7 lost",
+    ),
+    (
+        "Degraded condition false is fine",
+        job(status=ready("Running", 4, conditions=[{"type": "Degraded", "status": "False"}])),
+        "Healthy",
+        "Running",
+    ),
+    (
+        "no readyReplicas field counts as zero",
+        job(replicas=2, status={"phase": "Running"}),
+        "Degraded",
+        "0/2",
+    ),
+    (
+        "scaling",
+        job(status={"phase": "Scaling", "readyReplicas": 3, "targetReplicas": 4}),
+        "Progressing",
+        "Scaling: 3/4",
+    ),
+    (
+        "restarting shows the restart count",
+        job(status={"phase": "Restarting", "readyReplicas": 0, "targetReplicas": 4, "restarts": 2}),
+        "Progressing",
+        "restart 2",
+    ),
+    (
+        "restarting with a Degraded condition is still progressing",
+        job(status={"phase": "Restarting", "readyReplicas": 1, "conditions": DEGRADED_TRUE}),
+        "Progressing",
+        "Restarting",
+    ),
+    ("succeeded", job(status={"phase": "Succeeded", "readyReplicas": 0}), "Healthy", "Training finished"),
+    (
+        "succeeded with its condition message",
+        job(
+            status={
+                "phase": "Succeeded",
+                "conditions": [{"type": "Succeeded", "status": "True", "message": "done at step 9000"}],
+            }
+        ),
+        "Healthy",
+        "done at step 9000",
+    ),
+    ("failed", job(status={"phase": "Failed"}), "Degraded", "Training failed"),
+    (
+        "failed with its condition message",
+        job(
+            status={
+                "phase": "Failed",
+                "conditions": [{"type": "Failed", "status": "True", "message": "maxRestarts (20) exceeded"}],
+            }
+        ),
+        "Degraded",
+        "maxRestarts (20) exceeded",
+    ),
+    ("suspended phase", job(suspend=True, status={"phase": "Suspended"}), "Suspended", "Suspended"),
+    (
+        "suspend requested, workers still running",
+        job(suspend=True, status=ready("Running", 4)),
+        "Suspended",
+        "Suspending",
+    ),
+    ("suspend requested before any status", job(suspend=True), "Suspended", "Suspending"),
+    ("suspend false is ignored", job(suspend=False, status=ready("Running", 4)), "Healthy", "4/4"),
+    (
+        "suspended job that already failed stays failed",
+        job(suspend=True, status={"phase": "Failed"}),
+        "Degraded",
+        "failed",
+    ),
+    (
+        "status of an older generation",
+        {
+            **job(generation=3, status=ready("Running", 4)),
+            "status": {**ready("Running", 4), "observedGeneration": 2},
+        },
+        "Progressing",
+        "latest spec",
+    ),
+    ("unknown phase", job(status={"phase": "Exploding"}), "Unknown", "Exploding"),
+    (
+        "numbers arriving as floats (JSON) still format as counts",
+        job(replicas=4.0, status={"phase": "Running", "readyReplicas": 4.0, "targetReplicas": 4.0}),
+        "Healthy",
+        "4/4 workers ready",
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "expected", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_health(obj: dict[str, Any], expected: str, fragment: str) -> None:
+    status, message = assess(obj)
+    assert (status, fragment in message) == (expected, True), f"got {status}: {message!r}"
+
+
+def test_every_documented_phase_has_a_case() -> None:
+    phases = {c[1].get("status", {}).get("phase") for c in CASES}
+    assert {"Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"} <= phases
+
+
+def test_sandbox_really_blocks_os() -> None:
+    """The harness would catch a script that used a library Argo CD does not open."""
+    runtime = lua51.LuaRuntime(register_eval=False)
+    for name in NOT_IN_ARGO_SANDBOX:
+        runtime.globals()[name] = None
+    with pytest.raises(lua51.LuaError):
+        runtime.execute("return os.time()")
+
+
+def _load_renderer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("render_health_config", ARGOCD / "render_health_config.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_argocd_cm_snippets_are_current() -> None:
+    rendered: dict[str, str] = _load_renderer().render(LUA)
+    assert rendered, "the renderer produced nothing"
+    for name, content in rendered.items():
+        committed = (ARGOCD / name).read_text()
+        assert committed == content, (
+            f"deploy/argocd/{name} is stale: run `python deploy/argocd/render_health_config.py`"
+        )
+
+
+def test_snippets_carry_the_lua_unchanged() -> None:
+    patch = yaml.safe_load((ARGOCD / "argocd-cm-health-patch.yaml").read_text())
+    assert (patch["kind"], patch["metadata"]["name"]) == ("ConfigMap", "argocd-cm")
+    assert patch["data"][CM_KEY] == LUA
+    values = yaml.safe_load((ARGOCD / "argo-cd-helm-values.yaml").read_text())
+    assert values["configs"]["cm"][CM_KEY] == LUA
+
+
+def test_kustomize_component_points_at_the_lua_file() -> None:
+    component = yaml.safe_load((ARGOCD / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component"
+    (generator,) = component["configMapGenerator"]
+    assert (generator["name"], generator["behavior"]) == ("argocd-cm", "merge")
+    assert generator["files"] == [f"{CM_KEY}=health.lua"]
