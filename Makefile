@@ -43,6 +43,7 @@ crds: setup
 	$(BIN)/llmjob crd > crds/elasticllm.dev_llmtrainingjobs.yaml
 	cp crds/elasticllm.dev_llmtrainingjobs.yaml charts/elastic-llm-operator/crds/
 	$(BIN)/llmjob api-docs > docs/api.md
+	$(BIN)/python deploy/kustomize/render_base.py
 
 demo: setup tools
 	$(BIN)/llmjob demo $(DEMO_ARGS)

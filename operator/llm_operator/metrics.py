@@ -14,7 +14,7 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 JOBS = Gauge("llmjob_jobs", "Jobs by phase", ["phase"])
-JOB_REPLICAS = Gauge("llmjob_job_replicas", "Workers per job", ["namespace", "job", "kind"])
+JOB_REPLICAS = Gauge("llmjob_job_replicas", "Workers per job", ["namespace", "llmjob", "kind"])
 FAILURES = Counter("llmjob_failures_detected_total", "Lost workers by detection signal", ["signal"])
 REPLACEMENTS = Counter("llmjob_replacements_total", "Lost workers deleted for replacement")
 RESIZES = Counter("llmjob_resizes_total", "Target size changes", ["direction"])

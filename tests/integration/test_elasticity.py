@@ -52,7 +52,7 @@ def not_ready(cluster: Any, node: str) -> None:
     """Mark the node NotReady and wait only until it reports so (not for the controller-manager)."""
     chaos.node_not_ready(node, kube=cluster.kube, wait=False)
     wait_for(
-        lambda: chaos.condition(cluster.kube.get("node", node) or {}, "Ready") == "False",
+        lambda: chaos.condition(cluster.kube.get("node", node) or {}, "Ready") != "True",
         TIMEOUT,
         f"{node} NotReady",
     )
