@@ -99,13 +99,33 @@ def _start_operator(log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=dict(os.environ))
 
 
-def _pvc() -> dict[str, Any]:
-    return {
+def _fsx_volume() -> list[dict[str, Any]]:
+    """A static FSx for Lustre PV and the claim bound to it (no CSI driver runs here; kwok needs none)."""
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "fsx-demo"},
+        "spec": {
+            "capacity": {"storage": "1200Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "csi": {"driver": "fsx.csi.aws.com", "volumeHandle": "fs-0123456789abcdef0"},
+            "claimRef": {"namespace": NAMESPACE, "name": "fsx-claim"},
+        },
+    }
+    pvc = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": "fsx-claim", "namespace": NAMESPACE},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1200Gi"}}},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": "fsx-demo",
+            "resources": {"requests": {"storage": "1200Gi"}},
+        },
     }
+    return [pv, pvc]
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -144,7 +164,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _story(cluster: LocalCluster, kube: Kubectl, args: argparse.Namespace) -> int:
     kube.run("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
-    kube.apply([_pvc()])
+    kube.apply(_fsx_volume())
+    poll(
+        lambda: (kube.get("pvc", "fsx-claim", NAMESPACE) or {}).get("status", {}).get("phase") == "Bound",
+        timeout=STEP_TIMEOUT,
+        what="the FSx claim to bind",
+    )
     tl = Timeline()
     print(f">> 3/6 apply LLMTrainingJob {JOB} (min 2, max 4, grace {args.grace}s)", flush=True)
     kube.run("apply", "-f", "-", input=yaml.safe_dump(demo_job(args.grace)))

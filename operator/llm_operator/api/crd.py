@@ -128,7 +128,7 @@ def openapi_schema() -> dict[str, Any]:
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
     {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
-    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
     {"name": "Target", "type": "integer", "jsonPath": ".status.targetReplicas", "priority": 1},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
