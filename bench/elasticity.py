@@ -64,7 +64,7 @@ class Recorder:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        await config.load_kube_config()
+        await config.load_kube_config(config_file=os.environ["KUBECONFIG"])
         async with client.ApiClient() as api:
             core = client.CoreV1Api(api)
             await asyncio.gather(
