@@ -23,6 +23,7 @@ from llm_operator.settings import Settings
 
 RESYNC_SECONDS = 30.0
 MIN_WAIT = 0.02
+COALESCE_SECONDS = 0.05
 
 
 class JobController:
@@ -58,6 +59,9 @@ class JobController:
         while not stopped and not self.deleted:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=max(MIN_WAIT, timeout))
+            if self.wake.is_set():
+                # Events come in bursts (a node loss touches every pod on it): one pass for the burst.
+                await asyncio.sleep(COALESCE_SECONDS)
             self.wake.clear()
             if stopped or self.deleted:
                 break
