@@ -56,12 +56,29 @@ class StepLog:
         self.restart = int(previous.get("restart", -1)) + 1 if previous else 0
         """How many times training started before, in this checkpoint dir (from the log itself)."""
 
+        self._needs_newline = _ends_mid_line(path)
+
     def append(self, record: dict[str, Any]) -> None:
         """Write one line (a single write call, so a kill leaves at most one cut-off line)."""
         line = json.dumps(record, sort_keys=True) + "\n"
+        if self._needs_newline:  # a previous writer was killed mid-line: do not glue onto its fragment
+            line = "\n" + line
+            self._needs_newline = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
             handle.write(line)
+
+
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            if handle.tell() == 0:
+                return False
+            handle.seek(-1, 2)
+            return handle.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 class Exporter:

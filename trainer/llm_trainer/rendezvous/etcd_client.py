@@ -115,7 +115,7 @@ class EtcdClient:
         self._lib = _load_library()
         grpc = importlib.import_module("grpc")
         self._errors: tuple[type[BaseException], ...] = (self._lib.Etcd3Exception, grpc.RpcError)
-        self._lock = threading.Lock()
+        self.closed = False
         self._client: Any = self._make_client()
 
     def _make_client(self) -> Any:
@@ -276,7 +276,8 @@ class EtcdClient:
             log.debug("cancel_watch(%s) failed", watch_id, exc_info=True)
 
     def close(self) -> None:
-        """Close the gRPC channels."""
+        """Close the gRPC channels; lease keepers of this client stop."""
+        self.closed = True
         try:
             self._client.close()
         except Exception:  # closing twice or after a failure is harmless
@@ -311,7 +312,7 @@ class LeaseKeeper:
             self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._ttl / 3):
+        while not self._stop.wait(self._ttl / 3) and not self._client.closed:
             with self._lock:
                 lease = self._lease
             if lease is None:

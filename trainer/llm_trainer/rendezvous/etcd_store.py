@@ -8,7 +8,9 @@ open etcd watches from the revision of that read, so they wake as soon as a key 
 bounds each wait because a broken watch stream is not always reported (see ``etcd_client``).
 
 The method names ``deleteKey`` and ``getNumKeys`` are what torch's C++ trampoline looks up when the store
-is wrapped in a ``PrefixStore`` (as the rendezvous handler does); they alias the Python names.
+is wrapped in a ``PrefixStore`` (as the rendezvous handler does); they alias the Python names. ``append``
+works when called on this object, but torch's trampoline cannot reach a Python ``append``, so the store
+does not claim the "extended API" (nothing in torchrun's agent needs it).
 """
 
 from __future__ import annotations
@@ -119,10 +121,6 @@ class EtcdV3Store(Store):
 
     deleteKey = delete_key  # the name torch's C++ trampoline calls
     getNumKeys = num_keys  # the name torch's C++ trampoline calls
-
-    def has_extended_api(self) -> bool:
-        """``append``, ``multi_get`` and ``multi_set`` are implemented."""
-        return True
 
     # -- read-modify-write --------------------------------------------------------------------------------
 
