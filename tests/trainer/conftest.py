@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -14,39 +13,9 @@ from pathlib import Path
 
 import pytest
 from llm_trainer.testing.local_etcd import LocalEtcd, etcd_binary
+from trainer_support import write_corpus
 
 VENV_BIN = Path(sys.executable).parent
-WORDS = [
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "elastic",
-    "workers",
-    "join",
-    "and",
-    "leave",
-    "the",
-    "ring",
-    "checkpoints",
-    "land",
-    "on",
-    "shared",
-    "storage",
-    "and",
-    "every",
-    "sample",
-    "is",
-    "seen",
-    "exactly",
-    "once",
-]
 
 
 @pytest.fixture(scope="session")
@@ -54,18 +23,6 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEtcd]:
     """One etcd 3.6 for the session (built by the project's pinned tool builder on first use)."""
     with LocalEtcd(etcd_binary(), tmp_path_factory.mktemp("etcd")) as server:
         yield server
-
-
-def write_corpus(folder: Path, documents: int = 6, words: int = 2500, seed: int = 7) -> list[Path]:
-    """Deterministic text documents."""
-    rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for index in range(documents):
-        path = folder / f"doc{index}.txt"
-        path.write_text(" ".join(rng.choice(WORDS) for _ in range(words)))
-        paths.append(path)
-    return paths
 
 
 @pytest.fixture(scope="session")

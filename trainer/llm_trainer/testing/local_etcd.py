@@ -111,7 +111,7 @@ class LocalEtcd:
         except OSError:
             return ""
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; waits for the process to exit."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
