@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d+)$")
-# Fault injection for tests: seconds to pause between writing the shards and writing the marker.
-SAVE_STALL_ENV = "LLM_TRAINER_FAULT_SAVE_STALL_S"
+# Fault injection for tests: "STEP:SECONDS" pauses every save of step >= STEP for SECONDS between writing
+# the shards and writing the marker, so a test can kill the process in the middle of a save.
+SAVE_STALL_ENV = "LLM_TRAINER_FAULT_SAVE_STALL"
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,14 @@ def _write_marker(path: Path, meta: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def _stall_seconds(step: int) -> float:
+    spec = os.environ.get(SAVE_STALL_ENV, "")
+    if not spec:
+        return 0.0
+    first, _, seconds = spec.partition(":")
+    return float(seconds or 0) if step >= int(first) else 0.0
+
+
 class Checkpointer:
     """Saves and loads model + optimizer state collectively; rank 0 manages markers and retention."""
 
@@ -120,9 +129,9 @@ class Checkpointer:
         started = time.monotonic()
         model_state, optim_state = get_state_dict(model, optimizer)
         dcp_save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
-        stall = float(os.environ.get(SAVE_STALL_ENV, "0") or 0)
+        stall = _stall_seconds(step)
         if stall > 0:
-            log.warning("%s=%s: pausing before the completion marker", SAVE_STALL_ENV, stall)
+            log.warning("%s: pausing %gs before the completion marker", SAVE_STALL_ENV, stall)
             time.sleep(stall)
         if self.rank == 0:
             _write_marker(path, {**meta, "step": step, "saved_at": time.time()})

