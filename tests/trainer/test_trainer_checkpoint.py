@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import Processes, train_argv, trainer_env
 from llm_trainer.checkpoint import MARKER, SAVE_STALL_ENV, latest_checkpoint, step_dir
 from llm_trainer.metrics import read_records
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-from trainer_support import wait_for
+from trainer_support import Processes, launch_world, train_argv, trainer_env, wait_for
 
 pytestmark = pytest.mark.trainer
 
 HERE = Path(__file__).parent
-TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 
 def records(ckpt: Path) -> list[dict[str, object]]:
@@ -75,45 +71,29 @@ def test_kill_during_a_save_keeps_the_previous_checkpoint(
     assert (step_dir(ckpt, 6) / MARKER).exists() and latest_checkpoint(ckpt).step == 7  # type: ignore[union-attr]
 
 
-def _load_params(path: Path) -> dict[str, torch.Tensor]:
-    loaded = torch.load(path, weights_only=True)
-    return {k: v for k, v in loaded.items() if isinstance(v, torch.Tensor)}
-
-
 def test_checkpoint_from_three_ranks_loads_on_two_and_one(
     corpus: Path, tmp_path: Path, procs: Processes
 ) -> None:
     ckpt = tmp_path / "ckpt"
-    train = [TORCHRUN, "--standalone", "--nproc-per-node=3", *train_argv(corpus, ckpt, "--steps", "2")[1:]]
-    train += ["--parallel", "fsdp"]
-    proc = procs.start(train, "train-w3")
-    assert proc.wait(timeout=240) == 0, procs.log_of(proc)
+    ranks = launch_world(procs, [*train_argv(corpus, ckpt, "--steps", "2"), "--parallel", "fsdp"], 3, "train")
+    for proc in ranks:
+        assert proc.wait(timeout=240) == 0, procs.dump()
     info = latest_checkpoint(ckpt)
     assert info is not None and info.step == 2 and info.meta["world_size"] == 3
 
     # Ground truth: the checkpoint's own tensors, read without any process group.
     dcp_to_torch_save(info.path, tmp_path / "truth.pt")
-    truth = {f"{k}": v for k, v in torch.load(tmp_path / "truth.pt", weights_only=True)["model"].items()}
+    truth = torch.load(tmp_path / "truth.pt", weights_only=True)["model"]
     assert truth and all(isinstance(v, torch.Tensor) for v in truth.values())
 
-    helper = str(HERE / "dump_params.py")
-    args = [str(info.path), "tiny", "fsdp"]
-    two = procs.start(
-        [TORCHRUN, "--standalone", "--nproc-per-node=2", helper, *args, str(tmp_path / "w2.pt")], "w2"
-    )
-    assert two.wait(timeout=240) == 0, procs.log_of(two)
-    one = subprocess.run(
-        [sys.executable, helper, *args, str(tmp_path / "w1.pt")],
-        env=trainer_env(),
-        capture_output=True,
-        timeout=240,
-    )
-    assert one.returncode == 0, one.stderr.decode(errors="replace")[-3000:]
+    helper = [sys.executable, str(HERE / "dump_params.py"), str(info.path), "tiny", "fsdp"]
+    loaders = launch_world(procs, [*helper, str(tmp_path / "w2.pt")], 2, "load-w2")
+    loaders += launch_world(procs, [*helper, str(tmp_path / "w1.pt")], 1, "load-w1")
+    for proc in loaders:
+        assert proc.wait(timeout=240) == 0, procs.dump()
 
     for world in ("w2", "w1"):
-        params = _load_params(tmp_path / f"{world}.pt")
+        params = torch.load(tmp_path / f"{world}.pt", weights_only=True)
         assert params.keys() == truth.keys(), world
         for name, tensor in truth.items():
             assert torch.equal(params[name], tensor), f"{name} differs at {world}"
-    # And the weights did train (they are not the init seed of the helper).
-    assert os.path.getsize(tmp_path / "w1.pt") > 0
