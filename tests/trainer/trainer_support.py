@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import psutil
+
 T = TypeVar("T")
 
 
@@ -115,9 +117,17 @@ class Processes:
 
     @staticmethod
     def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-        """Signal the process and everything it started (a lost node)."""
+        """Signal the process, its process group and every descendant (torchrun puts its workers in
+        sessions of their own, so a lost node is the whole tree)."""
+        try:
+            tree = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
+        except psutil.NoSuchProcess:
+            tree = []
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def close(self) -> None:
         """SIGKILL every group still alive and reap it."""
