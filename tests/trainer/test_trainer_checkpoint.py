@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import signal
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 from llm_trainer.checkpoint import MARKER, SAVE_STALL_ENV, latest_checkpoint, step_dir
 from llm_trainer.metrics import read_records
+from llm_trainer.testing.local_etcd import free_port
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from trainer_support import Processes, launch_world, train_argv, trainer_env, wait_for
 
@@ -30,9 +32,20 @@ def test_sigterm_finishes_the_step_saves_and_exits_zero(
     argv = train_argv(
         corpus, ckpt, "--steps", "10000", "--checkpoint-every", "0", "--min-step-seconds", "0.1"
     )
-    proc = procs.start(argv, "trainer")
+    port = free_port()
+    proc = procs.start([*argv, "--metrics-port", str(port)], "trainer")
     wait_for(lambda: len(records(ckpt)) >= 3 or proc.poll() is not None, 120, "three training steps")
     assert proc.poll() is None, procs.log_of(proc)
+    # The worker's Prometheus endpoint (port base + LOCAL_RANK 0) reports the training progress.
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    gauges = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in scraped.splitlines()
+        if line.startswith("llm_trainer_")
+    }
+    assert gauges["llm_trainer_step"] >= 3 and gauges["llm_trainer_loss"] > 0
+    assert gauges["llm_trainer_tokens_per_second"] > 0
+    assert gauges["llm_trainer_last_step_timestamp_seconds"] > 1e9
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0, procs.log_of(proc)
     last = records(ckpt)[-1]
