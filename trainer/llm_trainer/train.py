@@ -27,7 +27,7 @@ from llm_trainer.config import TrainConfig, model_config
 from llm_trainer.data.loader import DistributedBatches, StepBatch
 from llm_trainer.data.shards import TokenShards
 from llm_trainer.distributed import DistEnv, build_model, choose_parallel, gradient_sync
-from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog
+from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog, process_start_time
 from llm_trainer.signals import StopRequest
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class Trainer:
         )
         self.step = 0
         self.resumed_from: int | None = None
+        self.process_started = process_start_time()
 
     # -- checkpoints ----------------------------------------------------------------------------------------
 
@@ -223,6 +224,7 @@ class Trainer:
             "restart": self.step_log.restart,
             "agent_restart": self.env.restart_count,
             "resumed_from": self.resumed_from,
+            "process_started": self.process_started,
         }
         self.step_log.append(record)
         if self.step % 10 == 0 or self.step == self.resumed_from_plus_one():
