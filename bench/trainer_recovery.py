@@ -152,6 +152,8 @@ def run_backend(
         "backend": backend,
         "conf": conf,
         "recovery_s": [],
+        "rendezvous_s": [],
+        "worker_start_s": [],
         "regrow_s": [],
         "failures": 0,
     }
@@ -177,6 +179,9 @@ def run_backend(
                 continue
             recovery = resumed["time"] - killed_at
             result["recovery_s"].append(round(recovery, 2))
+            if resumed.get("process_started"):  # kill -> new worker process: detection + rendezvous
+                result["rendezvous_s"].append(round(resumed["process_started"] - killed_at, 2))
+                result["worker_start_s"].append(round(resumed["time"] - resumed["process_started"], 2))
             after = records(ckpt)[-1]["restart"]
             joined_at = time.time()
             agents.start()
