@@ -7,6 +7,7 @@ the steps replayed after the checkpoint that training resumed from.
 from __future__ import annotations
 
 import itertools
+import signal
 import subprocess
 import sys
 import time
@@ -147,3 +148,36 @@ def check_sample_sequence(log: list[dict[str, Any]], corpus: Path) -> None:
     grow = max(i for i, run in enumerate(runs) if i and run[0]["world_size"] > runs[i - 1][-1]["world_size"])
     assert runs[grow][0]["resumed_from"] == runs[grow - 1][-1]["step"]
     assert sorted({r["step"] for r in log}) == list(range(1, STEPS + 1))
+
+
+def test_sigterm_to_one_node_saves_and_the_other_continues(
+    etcd: LocalEtcd, corpus: Path, tmp_path: Path, procs: Processes
+) -> None:
+    """A pod deleted by the operator: its agent gets SIGTERM, every rank saves the same step, the signalled
+    rank exits 0, the other re-rendezvous alone and resumes from that step with nothing replayed."""
+    ckpt = tmp_path / "ckpt"
+    argv = agent_argv(etcd, uuid.uuid4().hex[:12], corpus, ckpt)
+    argv[1] = "--nnodes=1:2"
+    steps = 30
+    argv[argv.index("--steps") + 1] = str(steps)
+    agents = [procs.start(argv, f"agent{i}") for i in range(2)]
+    wait_for(
+        lambda: (
+            any(r["world_size"] == 2 and r["step"] >= 7 for r in records(ckpt))
+            or any(a.poll() is not None for a in agents)
+        ),
+        240,
+        "step 7 at world size 2",
+    )
+    leaving, staying = agents
+    leaving.send_signal(signal.SIGTERM)  # torchrun forwards it to its worker
+    leaving.wait(timeout=120)
+    assert staying.wait(timeout=240) == 0, procs.dump()
+
+    log = records(ckpt)
+    before = [r for r in log if r["restart"] == 0]
+    after = [r for r in log if r["restart"] > 0]
+    assert before and after and {r["world_size"] for r in after} == {1}
+    stopped_at = before[-1]["step"]
+    assert after[0]["resumed_from"] == stopped_at and after[0]["step"] == stopped_at + 1  # no replay
+    assert [r["step"] for r in after] == list(range(stopped_at + 1, steps + 1))

@@ -32,15 +32,16 @@ def train_main(argv: Sequence[str]) -> int:
     stop = StopRequest().install()
     env = init_distributed(cfg.dist_timeout)
     try:
-        trainer = Trainer(cfg, env, stop)
-        code = trainer.train()
-    except ValueError as exc:  # configuration that only the data or the checkpoint can reveal
-        logging.getLogger("llm_trainer").error("%s", exc)
-        code = 1
+        try:
+            trainer = Trainer(cfg, env, stop)
+            trainer.restore()
+        except ValueError as exc:  # settings that only the data or the checkpoint can reveal
+            logging.getLogger("llm_trainer").error("%s", exc)
+            return 1
+        return trainer.train()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

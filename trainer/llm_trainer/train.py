@@ -154,9 +154,8 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------------------
 
     def train(self) -> int:
-        """Train up to ``--steps``; returns the process exit code."""
+        """Train up to ``--steps`` (after :meth:`restore`); returns the process exit code."""
         cfg = self.cfg
-        self.restore()
         saved_step = self.step if self.resumed_from is not None else -1
         tokens_in_step = cfg.global_batch * cfg.seq_len
         while self.step < cfg.steps:
@@ -227,11 +226,7 @@ class Trainer:
             "process_started": self.process_started,
         }
         self.step_log.append(record)
-        if self.step % 10 == 0 or self.step == self.resumed_from_plus_one():
+        if self.step % 10 == 0 or self.step == (self.resumed_from or 0) + 1:
             log.info(
                 "step %d loss %.4f world %d %.0f tok/s", self.step, loss, self.env.world_size, tokens_per_s
             )
-
-    def resumed_from_plus_one(self) -> int:
-        """The first step after a resume (logged for visibility)."""
-        return (self.resumed_from or 0) + 1
