@@ -1,0 +1,136 @@
+"""Observability: one JSON line per step in ``<checkpoint-dir>/metrics.jsonl`` (rank 0) and a Prometheus
+endpoint on every worker (port base + LOCAL_RANK; prometheus-client is an optional import)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def process_start_time() -> float | None:
+    """Unix time this process was started (Linux ``/proc``), or None elsewhere."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def last_record(path: Path) -> dict[str, Any] | None:
+    """The last complete JSON line of ``path`` (None when there is none)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 65536))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            return record
+    return None
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON line of ``path``."""
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut short by a kill
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+class StepLog:
+    """Appends one JSON object per line and flushes it (rank 0 only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        previous = last_record(path)
+        self.restart = int(previous.get("restart", -1)) + 1 if previous else 0
+        """How many times training started before, in this checkpoint dir (from the log itself)."""
+
+        self._needs_newline = _ends_mid_line(path)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one line (a single write call, so a kill leaves at most one cut-off line)."""
+        line = json.dumps(record, sort_keys=True) + "\n"
+        if self._needs_newline:  # a previous writer was killed mid-line: do not glue onto its fragment
+            line = "\n" + line
+            self._needs_newline = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            handle.write(line)
+
+
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            if handle.tell() == 0:
+                return False
+            handle.seek(-1, 2)
+            return handle.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+class Exporter:
+    """Prometheus gauges of this worker; does nothing when prometheus-client is missing or port is 0."""
+
+    def __init__(self, port: int, labels: dict[str, str]) -> None:
+        self._gauges: dict[str, Any] = {}
+        self.port = 0
+        if port <= 0:
+            return
+        try:
+            prom: Any = importlib.import_module("prometheus_client")
+        except ImportError:
+            log.info("prometheus-client is not installed: no metrics endpoint")
+            return
+        registry = prom.CollectorRegistry()
+        names = list(labels)
+        specs = {
+            "step": "Last completed optimizer step",
+            "loss": "Training loss of the last step",
+            "tokens_per_second": "Global training throughput of the last step",
+            "last_step_timestamp_seconds": "Unix time the last step completed",
+            "world_size": "Number of ranks in the current process group",
+            "samples_seen": "Global samples consumed so far",
+        }
+        for name, doc in specs.items():
+            gauge = prom.Gauge(f"llm_trainer_{name}", doc, names, registry=registry)
+            self._gauges[name] = gauge.labels(**labels)
+        try:
+            prom.start_http_server(port, registry=registry)
+            self.port = port
+        except OSError as exc:
+            log.warning("metrics endpoint on port %d unavailable: %s", port, exc)
+
+    def update(self, **values: float) -> None:
+        """Set gauges by name (unknown names are ignored)."""
+        for name, value in values.items():
+            gauge = self._gauges.get(name)
+            if gauge is not None:
+                gauge.set(value)

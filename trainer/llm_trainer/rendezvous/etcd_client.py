@@ -1,0 +1,339 @@
+"""A small typed facade over python3-etcd3: the etcd v3 calls the rendezvous backend and store make.
+
+Everything in the package talks to etcd through :class:`EtcdClient`, so the client library can be swapped
+in one place (docs/decisions-trainer.md records why python3-etcd3). Two rough edges of that library are
+handled here rather than at every call site:
+
+* A single-endpoint client marks its endpoint failed for 300 s after one ``UNAVAILABLE`` answer. We build
+  the endpoints ourselves with a short retry window, so a restarted etcd is usable again within a second.
+* The library's watch thread crashes (``six`` is gone) instead of telling callbacks that its stream
+  broke. We supply the missing function, and waiters still bound each wait and re-read the key
+  (see ``etcd_store.EtcdV3Store.wait``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+DEFAULT_PORT = 2379
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class EtcdError(RuntimeError):
+    """etcd could not be reached or refused a request; the message names the endpoint and the call."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One etcd client URL, without its scheme."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_endpoints(text: str, default_port: int = DEFAULT_PORT) -> list[Endpoint]:
+    """Parse ``host[:port][,host[:port]...]`` (an ``http://`` scheme and IPv6 brackets are accepted)."""
+    endpoints: list[Endpoint] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        for scheme in ("http://", "https://"):
+            if item.startswith(scheme):
+                item = item[len(scheme) :]
+        item = item.rstrip("/")
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else ""
+        elif item.count(":") == 1:
+            host, _, port_text = item.partition(":")
+        else:
+            host, port_text = item, ""
+        if not host:
+            raise ValueError(f"etcd endpoint {raw.strip()!r} has no host")
+        try:
+            port = int(port_text) if port_text else default_port
+        except ValueError:
+            raise ValueError(f"etcd endpoint {raw.strip()!r} has an invalid port") from None
+        if not 0 < port < 65536:
+            raise ValueError(f"etcd endpoint {raw.strip()!r} has an invalid port")
+        endpoints.append(Endpoint(host, port))
+    if not endpoints:
+        raise ValueError("no etcd endpoint given (expected host:port)")
+    return endpoints
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """A value read from etcd and the revision that last modified it (the CAS token)."""
+
+    value: bytes
+    mod_revision: int
+
+
+WatchCallback = Callable[[list[bytes]], None]
+"""Called from the watch thread with the keys put in one watch response (empty: the watch broke)."""
+
+
+def _load_library() -> Any:
+    try:
+        lib = importlib.import_module("etcd3")
+    except ImportError as exc:  # the operator image does not ship the trainer extras
+        raise EtcdError(
+            "the etcd-v3 rendezvous needs python3-etcd3: pip install 'elastic-llm-operator[trainer]'"
+        ) from exc
+    watch_module = importlib.import_module("etcd3.watch")
+    if not hasattr(watch_module, "six"):
+        # python3-etcd3 0.13 dropped `six` but its watch thread still calls six.itervalues() when the
+        # stream breaks, so callbacks were never told. Give it the one function it uses.
+        shim = types.SimpleNamespace(itervalues=lambda mapping: iter(mapping.values()))
+        setattr(watch_module, "six", shim)  # noqa: B010
+    return lib
+
+
+class EtcdClient:
+    """Blocking etcd v3 calls with a per-call timeout; every failure surfaces as :class:`EtcdError`."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], timeout: float = 10.0) -> None:
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is required")
+        self.endpoints = list(endpoints)
+        self.timeout = timeout
+        self._lib = _load_library()
+        grpc = importlib.import_module("grpc")
+        self._errors: tuple[type[BaseException], ...] = (self._lib.Etcd3Exception, grpc.RpcError)
+        self.closed = False
+        self._client: Any = self._make_client()
+
+    def _make_client(self) -> Any:
+        endpoints = [
+            # time_retry: how long an endpoint stays "failed" after an error (library default: 300 s).
+            self._lib.Endpoint(ep.host, ep.port, secure=False, time_retry=1.0)
+            for ep in self.endpoints
+        ]
+        return self._lib.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=self.timeout, failover=True)
+
+    @property
+    def label(self) -> str:
+        """The endpoints as the user gave them, for error messages."""
+        return ",".join(str(ep) for ep in self.endpoints)
+
+    def _call(self, what: str, fn: Callable[[Any], T]) -> T:
+        try:
+            return fn(self._client)
+        except self._errors as exc:
+            detail = str(exc) or type(exc).__name__
+            raise EtcdError(f"etcd at {self.label}: {what} failed: {detail}") from exc
+        except ValueError as exc:  # the library's "Trying to use a failed node"
+            raise EtcdError(f"etcd at {self.label}: {what} failed: {exc}") from exc
+
+    # -- health -------------------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise :class:`EtcdError` unless a member answers within the client timeout."""
+        self._call("status", lambda c: c.status())
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        """The value of ``key`` and its mod revision, or None when it does not exist."""
+        value, meta = self._call(f"get {key}", lambda c: c.get(key))
+        if value is None:
+            return None
+        return KeyValue(bytes(value), int(meta.mod_revision))
+
+    def get_at(self, key: str) -> tuple[KeyValue | None, int]:
+        """Like :meth:`get` plus the store revision of the read: a watch from revision + 1 misses nothing."""
+        response = self._call(f"get {key}", lambda c: c.get_response(key))
+        revision = int(response.header.revision)
+        if not response.kvs:
+            return None, revision
+        kv = response.kvs[0]
+        return KeyValue(bytes(kv.value), int(kv.mod_revision)), revision
+
+    def count_prefix(self, prefix: str) -> int:
+        """How many keys start with ``prefix``."""
+        response = self._call(
+            f"count {prefix}*", lambda c: c.get_prefix_response(prefix, keys_only=True, count_only=True)
+        )
+        return int(response.count)
+
+    def keys_with_prefix(self, prefix: str) -> list[str]:
+        """The keys that start with ``prefix``, sorted."""
+        response = self._call(f"list {prefix}*", lambda c: c.get_prefix_response(prefix, keys_only=True))
+        return sorted(bytes(kv.key).decode() for kv in response.kvs)
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    def put(self, key: str, value: bytes, lease: int | None = None) -> None:
+        """Set ``key`` unconditionally, attached to ``lease`` when given."""
+        self._call(f"put {key}", lambda c: c.put(key, value, lease=lease))
+
+    def put_many(self, items: Sequence[tuple[str, bytes]], lease: int | None = None) -> None:
+        """Set several keys in one transaction."""
+        if not items:
+            return
+
+        def run(c: Any) -> None:
+            ops = [c.transactions.put(k, v, lease=lease) for k, v in items]
+            c.transaction(compare=[], success=ops, failure=[])
+
+        self._call(f"put {len(items)} keys", run)
+
+    def swap(
+        self, key: str, value: bytes, expected: int | None, lease: int | None = None
+    ) -> tuple[bool, KeyValue | None]:
+        """Compare-and-set on the mod revision; ``expected=None`` means "only if the key does not exist".
+
+        Returns whether the write happened and the value now stored (ours on success, the winner's or None
+        on failure), read in the same transaction.
+        """
+
+        def run(c: Any) -> tuple[bool, Any]:
+            t = c.transactions
+            guard = t.create(key) == 0 if expected is None else t.mod(key) == expected
+            ok, responses = c.transaction(
+                compare=[guard], success=[t.put(key, value, lease=lease), t.get(key)], failure=[t.get(key)]
+            )
+            return bool(ok), responses[-1]
+
+        ok, ranged = self._call(f"compare-and-set {key}", run)
+        if not ranged:
+            return ok, None
+        stored, meta = ranged[0]
+        return ok, KeyValue(bytes(stored), int(meta.mod_revision))
+
+    def delete(self, key: str) -> bool:
+        """Delete ``key``; True when it existed."""
+        return bool(self._call(f"delete {key}", lambda c: c.delete(key)))
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key under ``prefix``; returns how many were deleted."""
+        response = self._call(f"delete {prefix}*", lambda c: c.delete_prefix(prefix))
+        return int(response.deleted)
+
+    # -- leases -------------------------------------------------------------------------------------------
+
+    def grant_lease(self, ttl: int) -> int:
+        """A new lease of ``ttl`` seconds; keys attached to it vanish when it is not refreshed in time."""
+        lease = self._call(f"grant lease ttl={ttl}", lambda c: c.lease(ttl))
+        return int(lease.id)
+
+    def refresh_lease(self, lease_id: int) -> int:
+        """Refresh a lease; returns its new TTL (<= 0: it had already expired)."""
+
+        def run(c: Any) -> int:
+            ttl = 0
+            for response in c.refresh_lease(lease_id):
+                ttl = int(response.TTL)
+            return ttl
+
+        return self._call(f"refresh lease {lease_id:x}", run)
+
+    def revoke_lease(self, lease_id: int) -> None:
+        """Revoke a lease, deleting every key attached to it."""
+        self._call(f"revoke lease {lease_id:x}", lambda c: c.revoke_lease(lease_id))
+
+    # -- watches ------------------------------------------------------------------------------------------
+
+    def watch(self, key: str, start_revision: int, callback: WatchCallback) -> int:
+        """Call ``callback`` with the keys put at or after ``start_revision`` (one key, or a prefix if it ends
+        with "/"). Returns the watch id for :meth:`cancel_watch`."""
+
+        def on_response(response: Any) -> None:
+            events = getattr(response, "events", None)
+            if events is None:  # an exception object: the stream broke
+                callback([])
+                return
+            put_event = self._lib.events.PutEvent
+            callback([bytes(ev.key) for ev in events if isinstance(ev, put_event)])
+
+        def run(c: Any) -> int:
+            if key.endswith("/"):
+                return int(c.add_watch_prefix_callback(key, on_response, start_revision=start_revision))
+            return int(c.add_watch_callback(key, on_response, start_revision=start_revision))
+
+        return self._call(f"watch {key}", run)
+
+    def cancel_watch(self, watch_id: int) -> None:
+        """Stop a watch; errors are ignored (the stream may already be gone)."""
+        try:
+            self._client.cancel_watch(watch_id)
+        except Exception:  # best effort: the watch dies with its stream anyway
+            log.debug("cancel_watch(%s) failed", watch_id, exc_info=True)
+
+    def close(self) -> None:
+        """Close the gRPC channels; lease keepers of this client stop."""
+        self.closed = True
+        try:
+            self._client.close()
+        except Exception:  # closing twice or after a failure is harmless
+            log.debug("closing the etcd client failed", exc_info=True)
+
+
+class LeaseKeeper:
+    """Holds one lease alive from a daemon thread; a lease that expired anyway is replaced by a new one."""
+
+    def __init__(self, client: EtcdClient, ttl: int) -> None:
+        if ttl < 2:
+            raise ValueError(f"lease ttl must be at least 2 seconds, got {ttl}")
+        self._client = client
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._lease: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def lease_id(self) -> int:
+        """The current lease (granted on first use)."""
+        with self._lock:
+            if self._lease is None:
+                self._lease = self._client.grant_lease(self._ttl)
+                self._start()
+            return self._lease
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="etcd-lease-keeper", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._ttl / 3) and not self._client.closed:
+            with self._lock:
+                lease = self._lease
+            if lease is None:
+                continue
+            try:
+                if self._client.refresh_lease(lease) <= 0:
+                    log.warning("etcd lease %x expired; granting a new one", lease)
+                    with self._lock:
+                        self._lease = self._client.grant_lease(self._ttl)
+            except EtcdError as exc:
+                log.warning("could not refresh etcd lease %x: %s", lease, exc)
+
+    def close(self, revoke: bool = False) -> None:
+        """Stop refreshing; with ``revoke`` also delete every key attached to the lease now."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._client.timeout)
+        with self._lock:
+            lease, self._lease = self._lease, None
+        if revoke and lease is not None:
+            try:
+                self._client.revoke_lease(lease)
+            except EtcdError as exc:
+                log.warning("could not revoke etcd lease %x: %s", lease, exc)

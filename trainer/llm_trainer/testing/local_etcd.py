@@ -1,0 +1,132 @@
+"""Start and stop a real single-member etcd on free loopback ports in a scratch folder.
+
+The binary comes from the project's pinned tool builder (``llm_operator.localcluster.tools.ensure``), so a
+fresh machine builds the same etcd version the tests were written against.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class EtcdStartError(RuntimeError):
+    """etcd did not become healthy; the message carries the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def etcd_binary() -> Path:
+    """The pinned etcd binary, built into the per-machine cache on first use."""
+    from llm_operator.localcluster.tools import ensure
+
+    return ensure(["etcd"])["etcd"]
+
+
+class LocalEtcd:
+    """One etcd process; use as a context manager or call :meth:`start` / :meth:`stop`."""
+
+    def __init__(self, binary: Path, workdir: Path, host: str = "127.0.0.1") -> None:
+        self.binary = binary
+        self.workdir = workdir
+        self.host = host
+        self.client_port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "etcd.log"
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the client URL."""
+        return f"{self.host}:{self.client_port}"
+
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> LocalEtcd:
+        """Start etcd and wait until it answers ``/health``; retries with new ports if one was taken."""
+        last = ""
+        for _ in range(attempts):
+            self.client_port, peer_port = free_port(self.host), free_port(self.host)
+            client_url = f"http://{self.host}:{self.client_port}"
+            peer_url = f"http://{self.host}:{peer_port}"
+            data_dir = self.workdir / f"data-{self.client_port}"
+            argv = [
+                str(self.binary),
+                "--name=default",
+                f"--data-dir={data_dir}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                "--log-level=warn",
+                "--unsafe-no-fsync",
+            ]
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            if self._wait_healthy(timeout):
+                return self
+            last = self.log_tail()
+            self.stop()
+        raise EtcdStartError(f"etcd did not become healthy after {attempts} attempts; log tail:\n{last}")
+
+    def _wait_healthy(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            if self.healthy():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def healthy(self) -> bool:
+        """Whether ``/health`` answers ``{"health": "true"}``."""
+        conn = http.client.HTTPConnection(self.host, self.client_port, timeout=1)
+        try:
+            conn.request("GET", "/health")
+            body = json.loads(conn.getresponse().read() or b"{}")
+            return bool(body.get("health") == "true")
+        except (OSError, ValueError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of etcd's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; waits for the process to exit."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def __enter__(self) -> LocalEtcd:
+        return self.start() if self.proc is None else self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

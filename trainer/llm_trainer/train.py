@@ -1,0 +1,232 @@
+"""The training loop: resume from the newest complete checkpoint, train, checkpoint on interval and on stop.
+
+Exit codes: 0 when training finished or this process was asked to stop (SIGTERM/SIGINT) and saved;
+``EXIT_PEER_STOPPED`` when another rank was asked to stop, the job saved, and no stop signal reached this
+process within ``--peer-stop-grace`` seconds (its agent should re-rendezvous without the leaving node, so
+the exit must not look like success, which would end the agent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from llm_trainer.checkpoint import Checkpointer, CheckpointInfo, latest_checkpoint
+from llm_trainer.config import TrainConfig, model_config
+from llm_trainer.data.loader import DistributedBatches, StepBatch
+from llm_trainer.data.shards import TokenShards
+from llm_trainer.distributed import DistEnv, build_model, choose_parallel, gradient_sync
+from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog, process_start_time
+from llm_trainer.signals import StopRequest
+
+log = logging.getLogger(__name__)
+
+EXIT_PEER_STOPPED = 75
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``lr * min_lr_ratio`` at ``steps``."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class Trainer:
+    """Owns the model, optimizer, data position and checkpoints of one worker process."""
+
+    def __init__(self, cfg: TrainConfig, env: DistEnv, stop: StopRequest) -> None:
+        self.cfg = cfg
+        self.env = env
+        self.stop = stop
+        self.shape = model_config(cfg.model)
+        self.shards = TokenShards(Path(cfg.data), cfg.seq_len)
+        if self.shards.meta.vocab_size > self.shape.vocab_size:
+            raise ValueError(
+                f"the data's vocabulary ({self.shards.meta.vocab_size}) is larger than model "
+                f"{cfg.model}'s ({self.shape.vocab_size})"
+            )
+        cuda = env.device.type == "cuda"
+        self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and cuda)
+        self.parallel = choose_parallel(cfg.parallel, self.shape, env.world_size)
+        self.model = build_model(self.shape, env, self.parallel, self.bf16, cfg.seed, cfg.compile)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=(0.9, 0.95),
+            weight_decay=cfg.weight_decay,
+            fused=cuda,
+        )
+        self.batches = DistributedBatches(
+            self.shards, cfg.seed, cfg.global_batch, cfg.micro_batch, env.rank, env.world_size
+        )
+        self.root = Path(cfg.checkpoint_dir)
+        self.checkpointer = Checkpointer(self.root, cfg.keep_checkpoints, env.rank)
+        self.step_log = StepLog(self.root / METRICS_FILE) if env.rank == 0 else None
+        self.exporter = Exporter(
+            cfg.metrics_port + env.local_rank if cfg.metrics_port else 0,
+            {"rank": str(env.rank)},
+        )
+        self.step = 0
+        self.resumed_from: int | None = None
+        self.process_started = process_start_time()
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Load the newest complete checkpoint (rank 0 picks it, every rank loads the same one)."""
+        choice: list[CheckpointInfo | None] = [latest_checkpoint(self.root) if self.env.rank == 0 else None]
+        dist.broadcast_object_list(choice, src=0)
+        info = choice[0]
+        if info is None:
+            log.info("no complete checkpoint in %s: starting from scratch", self.root)
+            return
+        meta = self.checkpointer.load(info, self.model, self.optimizer)
+        self.step = int(meta["step"])
+        self.batches.load_state_dict(meta["data"])
+        self.resumed_from = self.step
+        if self.env.rank == 0:
+            log.info("resumed from step %d (saved at world size %s)", self.step, meta.get("world_size"))
+
+    def save(self) -> None:
+        """Collective checkpoint of the current step."""
+        meta = {
+            "data": self.batches.state_dict(),
+            "world_size": self.env.world_size,
+            "samples_seen": self.batches.position,
+            "model": self.cfg.model,
+        }
+        self.checkpointer.save(self.step, self.model, self.optimizer, meta)
+
+    # -- one step -------------------------------------------------------------------------------------------
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.bf16 and self.parallel == "ddp" and self.env.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def train_step(self, batch: StepBatch) -> torch.Tensor:
+        """Forward/backward over the rank's micro-batches and one optimizer step.
+
+        Returns ``[sum of token losses on this rank, stop flag]`` for the caller's all-reduce.
+        """
+        cfg = self.cfg
+        tokens_in_step = cfg.global_batch * cfg.seq_len
+        # Gradients are averaged over ranks by DDP/FSDP; scaling by world size / global tokens makes the
+        # result the mean over the whole global batch, whatever the world size and accumulation.
+        scale = self.env.world_size / tokens_in_step
+        lr = learning_rate(cfg, self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=self.env.device)
+        last = len(batch.micro_batches) - 1
+        for index, micro in enumerate(batch.micro_batches):
+            inputs = micro.inputs.to(self.env.device, non_blocking=True)
+            targets = micro.targets.to(self.env.device, non_blocking=True)
+            with gradient_sync(self.model, index == last), self._autocast():
+                logits = self.model(inputs)
+                token_loss = F.cross_entropy(
+                    logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+                )
+                scaled: torch.Tensor = token_loss * (scale * micro.weight)
+                scaled.backward()  # type: ignore[no-untyped-call]
+            loss_sum += token_loss.detach() * micro.weight
+        if cfg.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        flag = 1.0 if self.stop.requested else 0.0
+        return torch.stack([loss_sum, torch.tensor(flag, device=self.env.device)])
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def train(self) -> int:
+        """Train up to ``--steps`` (after :meth:`restore`); returns the process exit code."""
+        cfg = self.cfg
+        saved_step = self.step if self.resumed_from is not None else -1
+        tokens_in_step = cfg.global_batch * cfg.seq_len
+        while self.step < cfg.steps:
+            started = time.monotonic()
+            batch = self.batches.next_step()
+            reduced = self.train_step(batch)
+            dist.all_reduce(reduced)
+            self.step += 1
+            stop = bool(reduced[1].item() > 0)
+            loss = float(reduced[0].item()) / tokens_in_step
+            if cfg.min_step_seconds > 0:
+                time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
+            elapsed = time.monotonic() - started
+            self._record(batch, loss, elapsed)
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                self.save()
+                saved_step = self.step
+            if stop:
+                if saved_step != self.step:
+                    self.save()
+                return self._stop_exit_code()
+        if saved_step != self.step:
+            self.save()
+        return 0
+
+    def _stop_exit_code(self) -> int:
+        if self.stop.requested:
+            log.info("stopped by %s at step %d after saving", self.stop.signal_name, self.step)
+            return 0
+        if self.stop.wait(self.cfg.peer_stop_grace):
+            log.info("stopped by %s at step %d after saving", self.stop.signal_name, self.step)
+            return 0
+        log.warning("another rank stopped at step %d; exiting for a re-rendezvous", self.step)
+        return EXIT_PEER_STOPPED
+
+    def _record(self, batch: StepBatch, loss: float, elapsed: float) -> None:
+        tokens_per_s = self.cfg.global_batch * self.cfg.seq_len / max(elapsed, 1e-9)
+        now = time.time()
+        self.exporter.update(
+            step=self.step,
+            loss=loss,
+            tokens_per_second=tokens_per_s,
+            last_step_timestamp_seconds=now,
+            world_size=self.env.world_size,
+            samples_seen=batch.stop,
+        )
+        if self.step_log is None:
+            return
+        record = {
+            "time": round(now, 3),
+            "step": self.step,
+            "loss": round(loss, 6),
+            "lr": learning_rate(self.cfg, self.step - 1),
+            "world_size": self.env.world_size,
+            "global_batch": self.cfg.global_batch,
+            "grad_accum": len(batch.micro_batches),
+            "samples_seen": batch.stop,
+            "sample_start": batch.start,
+            "sample_end": batch.stop,
+            "samples_crc32": zlib.crc32(
+                np.asarray(self.batches.order.sample_ids(batch.start, batch.stop), dtype="<i8").tobytes()
+            ),
+            "tokens_per_s": round(tokens_per_s, 1),
+            "step_time": round(elapsed, 4),
+            "restart": self.step_log.restart,
+            "agent_restart": self.env.restart_count,
+            "resumed_from": self.resumed_from,
+            "process_started": self.process_started,
+        }
+        self.step_log.append(record)
+        if self.step % 10 == 0 or self.step == (self.resumed_from or 0) + 1:
+            log.info(
+                "step %d loss %.4f world %d %.0f tok/s", self.step, loss, self.env.world_size, tokens_per_s
+            )
