@@ -68,7 +68,11 @@ def test_operator_reconciles_with_only_the_charts_rbac(
     proc = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         assert apply(cluster, job_manifest("rbac", namespace, replicas=2, maxReplicas=3)).returncode == 0
-        wait_for(lambda: status(cluster, namespace, "rbac").get("phase") == "Running", TIMEOUT, "Running with chart RBAC")
+        wait_for(
+            lambda: status(cluster, namespace, "rbac").get("phase") == "Running",
+            TIMEOUT,
+            "Running with chart RBAC",
+        )
         assert get_json(cluster, "deployment", "rbac-rdzv", "-n", namespace) is not None
         assert get_json(cluster, "service", "rbac-workers", "-n", namespace) is not None
         cluster.kubectl("scale", "llmjob/rbac", "-n", namespace, "--replicas=3")
@@ -76,8 +80,11 @@ def test_operator_reconciles_with_only_the_charts_rbac(
         victim = running_workers(cluster, namespace, "rbac")[0]
         chaos.fail_pod(namespace, victim["metadata"]["name"], 1, kube=cluster.kube, wait=False)
         wait_for(
-            lambda: victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in workers(cluster, namespace, "rbac")}
-            and status(cluster, namespace, "rbac").get("restarts") == 1,
+            lambda: (
+                victim["metadata"]["uid"]
+                not in {p["metadata"]["uid"] for p in workers(cluster, namespace, "rbac")}
+                and status(cluster, namespace, "rbac").get("restarts") == 1
+            ),
             TIMEOUT,
             "failed worker deleted and replaced",
         )
@@ -87,6 +94,8 @@ def test_operator_reconciles_with_only_the_charts_rbac(
         proc.terminate()
         proc.wait(timeout=30)
         for obj in cluster_scoped:
-            cluster.kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found", check=False)
+            cluster.kubectl(
+                "delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found", check=False
+            )
     text = log.read_text(errors="replace")
     assert "Forbidden" not in text and " 403" not in text, text[-3000:]

@@ -42,7 +42,10 @@ def test_torchrun_contract() -> None:
     assert env["PET_RDZV_ENDPOINT"] == "llama-rdzv.ml.svc:2379"
     assert env["PET_RDZV_ID"] == "uid-1234", "the rendezvous id must be the job's UID"
     assert env["PET_MAX_RESTARTS"] == "20"
-    assert "join_timeout=900" in env["PET_RDZV_CONF"] and "last_call_timeout=2" in env["PET_RDZV_CONF"]
+    assert (
+        "join_timeout=900,last_call_timeout=2,close_timeout=10,heartbeat_timeout=5,keep_alive_interval=1"
+        in env["PET_RDZV_CONF"]
+    )
 
 
 def test_user_args_and_checkpoint_dir() -> None:

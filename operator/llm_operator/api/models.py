@@ -104,8 +104,10 @@ class Rendezvous(_Model):
     """Extra wait after the minimum is reached, for more members to join the round (last_call_timeout)."""
     closeTimeoutSeconds: int = Field(default=10, ge=1, le=3600)
     """How long agents wait for a closed round to be acknowledged (close_timeout)."""
-    heartbeatSeconds: int = Field(default=2, ge=1, le=600)
+    heartbeatSeconds: int = Field(default=1, ge=1, le=600)
     """Keep-alive interval of each agent in the rendezvous state (keep_alive_interval)."""
+    heartbeatTimeoutSeconds: int = Field(default=5, ge=1, le=3600)
+    """Seconds without a keep-alive after which torch treats an agent as dead (heartbeat_timeout)."""
     heartbeatMisses: int = Field(default=3, ge=1, le=100)
     """Missed keep-alives before a member counts as dead (keep_alive_max_attempt)."""
 

@@ -34,6 +34,7 @@ def rdzv_conf(job: LLMTrainingJob) -> str:
         "join_timeout": r.timeoutSeconds,
         "last_call_timeout": r.lastCallSeconds,
         "close_timeout": r.closeTimeoutSeconds,
+        "heartbeat_timeout": r.heartbeatTimeoutSeconds,
         "keep_alive_interval": r.heartbeatSeconds,
         "keep_alive_max_attempt": r.heartbeatMisses,
     }
