@@ -1,4 +1,4 @@
-"""The operator reconciles a job holding exactly the chart's RBAC: a real ServiceAccount token, nothing else."""
+"""The operator reconciles a job holding exactly the chart's RBAC: a real ServiceAccount token only."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
-
 from llm_operator.localcluster import chaos
 from support.wait import wait_for
+
 from tests.integration.kube_helpers import apply, get_json, job_manifest, running_workers, status, workers
 
 from .chart_helpers import Helm
@@ -62,8 +62,8 @@ def test_operator_reconciles_with_only_the_charts_rbac(
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower(), "the token must not read secrets"
 
     log = tmp_path / "operator.log"
-    argv = [sys.executable, "-m", "llm_operator.cli", "operator", "--namespace", namespace, "--peering", "llmop-rbac",
-            "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
+    argv = [sys.executable, "-m", "llm_operator.cli", "operator", "--namespace", namespace]
+    argv += ["--peering", "llmop-rbac", "--metrics-port", "0", "--liveness-port", "0"]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     proc = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
