@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_helpers import Helm
 from llm_operator.localcluster import chaos
 from support.wait import wait_for
 
 from tests.integration.kube_helpers import apply, get_json, job_manifest, running_workers, status, workers
-
-from .chart_helpers import Helm
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
