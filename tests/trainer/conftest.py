@@ -3,15 +3,12 @@ every process a test started."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from llm_trainer.testing.local_etcd import LocalEtcd, etcd_binary
 from trainer_support import Processes, write_corpus
-
-VENV_BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,29 +93,30 @@ def test_every_train_option_is_documented() -> None:
     assert set(field_docs(ModelConfig)) >= {"dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim"}
 
 
-def test_overrides_and_env_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_overrides_and_env_default(monkeypatch: pytest.MonkeyPatch, corpus: Path) -> None:
     monkeypatch.setenv("LLMJOB_CHECKPOINT_DIR", "/fsx/ckpt")
-    cfg = parse_train_args(["--data", "/d", "--model", "125m", "--global-batch", "64", "--compile"])
+    data = str(corpus)
+    cfg = parse_train_args(["--data", data, "--model", "125m", "--global-batch", "64", "--compile"])
     assert (cfg.checkpoint_dir, cfg.model, cfg.global_batch, cfg.compile) == ("/fsx/ckpt", "125m", 64, True)
-    assert parse_train_args(["--data", "/d", "--checkpoint-dir", "/x"]).checkpoint_dir == "/x"
+    assert parse_train_args(["--data", data, "--checkpoint-dir", "/x"]).checkpoint_dir == "/x"
 
 
 @pytest.mark.parametrize(
     ("args", "option"),
     [
-        (["--data", "/d", "--checkpoint-dir", "/c", "--steps", "ten"], "--steps"),
-        (["--data", "/d", "--checkpoint-dir", "/c", "--model", "huge"], "--model"),
-        (["--data", "/d", "--checkpoint-dir", "/c", "--seq-len", "100000"], "--seq-len"),
-        (["--data", "/d"], "--checkpoint-dir"),
-        (["--data", "/d", "--checkpoint-dir", "/c", "--parallel", "zero3"], "--parallel"),
-        (["--data", "/d", "--checkpoint-dir", "/c", "--bogus"], "--bogus"),
+        (["--checkpoint-dir", "/c", "--steps", "ten"], "--steps"),
+        (["--checkpoint-dir", "/c", "--model", "huge"], "--model"),
+        (["--checkpoint-dir", "/c", "--seq-len", "100000"], "--seq-len"),
+        ([], "--checkpoint-dir"),
+        (["--checkpoint-dir", "/c", "--parallel", "zero3"], "--parallel"),
+        (["--checkpoint-dir", "/c", "--bogus"], "--bogus"),
+        (["--checkpoint-dir", "/c", "--data", "/nonexistent"], "--data"),
     ],
 )
-def test_bad_cli_input_is_one_line_exit_2(args: list[str], option: str) -> None:
+def test_bad_cli_input_is_one_line_exit_2(args: list[str], option: str, corpus: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "llm_trainer", *args], capture_output=True, text=True, timeout=60, env=env
-    )
+    argv = [sys.executable, "-m", "llm_trainer", "--data", str(corpus), *args]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and option in lines[0] and "Traceback" not in result.stderr

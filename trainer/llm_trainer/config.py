@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 CHECKPOINT_DIR_ENV = "LLMJOB_CHECKPOINT_DIR"
 
@@ -179,6 +180,8 @@ class TrainConfig:
         out: list[tuple[str, str]] = []
         if not self.data:
             out.append(("data", "is required (a folder made by `python -m llm_trainer prepare`)"))
+        elif not (Path(self.data) / "meta.json").is_file():
+            out.append(("data", f"{self.data} has no meta.json (run `python -m llm_trainer prepare`)"))
         if not self.checkpoint_dir:
             out.append(("checkpoint_dir", f"is required (or set ${CHECKPOINT_DIR_ENV})"))
         try:
