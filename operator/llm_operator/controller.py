@@ -37,6 +37,9 @@ class JobController:
         self.wake = asyncio.Event()
         self.expect = Expectations()
         self.last_status: dict[str, Any] | None = None
+        """The status this controller decided last (the next pass starts from it)."""
+        self.written: dict[str, Any] | None = None
+        """The status last written successfully."""
         self.support_generation = -1
         self.deleted = False
 
@@ -127,10 +130,13 @@ class JobController:
             old, new, reason = decided.resize
             metrics.RESIZES.labels("up" if new > old else "down").inc()
         status = decided.status
-        previous = self.last_status if self.last_status is not None else dict(body.get("status") or {})
+        # The decision stands even if the write fails (pods were already changed): the next pass plans
+        # from it and writes it again.
+        self.last_status = status
+        previous = self.written if self.written is not None else dict(body.get("status") or {})
         if _changed(previous, status):
             await self.kube.patch_job_status(self.namespace, self.name, status)
-        self.last_status = status
+            self.written = status
         events = list(decided.events)
         made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
         if made_names:

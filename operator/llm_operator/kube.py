@@ -23,12 +23,31 @@ async def connect() -> client.ApiClient:
     return client.ApiClient()
 
 
-async def _release(response: Any) -> None:
-    release = getattr(response, "release", None)
-    if release is not None:
-        result = release()
-        if hasattr(result, "__await__"):
-            await result
+class KubeError(Exception):
+    """The apiserver answered with an error status."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"HTTP {status}: {reason[:500]}")
+        self.status = status
+
+
+async def _checked(call: Any) -> int:
+    """Await a raw (``_preload_content=False``) call, raise KubeError on a non-2xx answer, release it.
+
+    kubernetes_asyncio only checks the status when it decodes the body; raw responses must be checked here.
+    """
+    try:
+        response = await call
+    except ApiException as exc:
+        raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
+    try:
+        status = int(response.status)
+        body = await response.read()  # read to the end so the connection goes back to the pool
+        if not 200 <= status <= 299:
+            raise KubeError(status, body.decode(errors="replace"))
+        return status
+    finally:
+        response.release()
 
 
 class Kube:
@@ -45,25 +64,25 @@ class Kube:
         ns = obj["metadata"]["namespace"]
         kind = obj["kind"]
         body: Any = obj  # the client serialises plain dicts as they are
-        resp: Any
+        call: Any
+        if kind == "Pod":
+            call = self.core.create_namespaced_pod(ns, body, _preload_content=False)
+        elif kind == "Service":
+            call = self.core.create_namespaced_service(ns, body, _preload_content=False)
+        elif kind == "Deployment":
+            call = self.apps.create_namespaced_deployment(ns, body, _preload_content=False)
+        else:
+            group, version = obj["apiVersion"].split("/")
+            plural = kind.lower() + "s"
+            call = self.custom.create_namespaced_custom_object(
+                group, version, ns, plural, body, _preload_content=False
+            )
         try:
-            if kind == "Pod":
-                resp = await self.core.create_namespaced_pod(ns, body, _preload_content=False)
-            elif kind == "Service":
-                resp = await self.core.create_namespaced_service(ns, body, _preload_content=False)
-            elif kind == "Deployment":
-                resp = await self.apps.create_namespaced_deployment(ns, body, _preload_content=False)
-            else:
-                group, version = obj["apiVersion"].split("/")
-                plural = kind.lower() + "s"
-                resp = await self.custom.create_namespaced_custom_object(
-                    group, version, ns, plural, obj, _preload_content=False
-                )
-        except ApiException as exc:
+            await _checked(call)
+        except KubeError as exc:
             if exc.status == 409:
                 return False
             raise
-        await _release(resp)
         return True
 
     async def delete_pod(self, namespace: str, name: str, uid: str, force: bool) -> bool:
@@ -73,31 +92,26 @@ class Kube:
             options["gracePeriodSeconds"] = 0
         body: Any = options
         extra: dict[str, Any] = {"grace_period_seconds": 0} if force else {}
+        call = self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False, **extra)
         try:
-            resp = await self.core.delete_namespaced_pod(
-                name,
-                namespace,
-                body=body,
-                _preload_content=False,
-                **extra,
-            )
-        except ApiException as exc:
+            await _checked(call)
+        except KubeError as exc:
             if exc.status in (404, 409):  # gone already, or the name now belongs to a newer pod
                 return False
             raise
-        await _release(resp)
         return True
 
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (None values clear fields)."""
         patch: Any = self.custom.patch_namespaced_custom_object_status  # typed stubs lack _content_type
-        resp = await patch(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            name,
-            {"status": status},
-            **{"_content_type": MERGE_PATCH, "_preload_content": False},
+        await _checked(
+            patch(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": status},
+                **{"_content_type": MERGE_PATCH, "_preload_content": False},
+            )
         )
-        await _release(resp)

@@ -41,6 +41,11 @@ def _token_kubeconfig(cluster: Any, namespace: str, account: str, path: Path) ->
     return path
 
 
+def _settled_at(cluster: Any, namespace: str, size: int) -> bool:
+    s = status(cluster, namespace, "rbac")
+    return s.get("phase") == "Running" and s.get("targetReplicas") == size and s.get("readyReplicas") == size
+
+
 def test_operator_reconciles_with_only_the_charts_rbac(
     cluster: Any, namespace: str, helm: Helm, tmp_path: Path
 ) -> None:
@@ -76,13 +81,15 @@ def test_operator_reconciles_with_only_the_charts_rbac(
         assert get_json(cluster, "service", "rbac-workers", "-n", namespace) is not None
         cluster.kubectl("scale", "llmjob/rbac", "-n", namespace, "--replicas=3")
         wait_for(lambda: len(running_workers(cluster, namespace, "rbac")) == 3, TIMEOUT, "scaled to 3")
+        wait_for(lambda: _settled_at(cluster, namespace, 3), TIMEOUT, "Running at 3 after the scale")
+        before = status(cluster, namespace, "rbac")["restarts"]
         victim = running_workers(cluster, namespace, "rbac")[0]
         chaos.fail_pod(namespace, victim["metadata"]["name"], 1, kube=cluster.kube, wait=False)
         wait_for(
             lambda: (
                 victim["metadata"]["uid"]
                 not in {p["metadata"]["uid"] for p in workers(cluster, namespace, "rbac")}
-                and status(cluster, namespace, "rbac").get("restarts") == 1
+                and status(cluster, namespace, "rbac").get("restarts") == before + 1
             ),
             TIMEOUT,
             "failed worker deleted and replaced",

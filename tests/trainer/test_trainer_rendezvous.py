@@ -129,6 +129,7 @@ def test_two_nodes_rendezvous_through_the_registered_backend(etcd: LocalEtcd, ru
     conf = {"last_call_timeout": "1", "keep_alive_interval": "1", "key_prefix": PREFIX}
     results: dict[int, tuple[int, int, str, int]] = {}
     errors: list[BaseException] = []
+    both_joined = threading.Barrier(2, timeout=60)
 
     def node(index: int) -> None:
         try:
@@ -139,6 +140,7 @@ def test_two_nodes_rendezvous_through_the_registered_backend(etcd: LocalEtcd, ru
             store_info = info.bootstrap_store_info
             assert store_info is not None
             results[index] = (info.rank, info.world_size, store_info.master_addr, store_info.master_port)
+            both_joined.wait()  # shutdown closes the rendezvous: not before the other node is through
             handler.shutdown()
         except BaseException as exc:
             errors.append(exc)

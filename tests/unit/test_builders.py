@@ -42,6 +42,9 @@ def test_torchrun_contract() -> None:
     assert env["PET_RDZV_ENDPOINT"] == "llama-rdzv.ml.svc:2379"
     assert env["PET_RDZV_ID"] == "uid-1234", "the rendezvous id must be the job's UID"
     assert env["PET_MAX_RESTARTS"] == "20"
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    ports = [(p["name"], p["containerPort"]) for p in c["ports"]]
+    assert ports[0] == ("metrics", 9400) and ports[-1] == ("metrics-7", 9407) and len(ports) == 8
     assert (
         "join_timeout=900,last_call_timeout=2,close_timeout=10,heartbeat_timeout=5,keep_alive_interval=1"
         in env["PET_RDZV_CONF"]

@@ -61,6 +61,9 @@ def torchrun_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str
         {"name": "PET_RDZV_CONF", "value": rdzv_conf(job)},
         {"name": "PET_MAX_RESTARTS", "value": str(job.spec.failurePolicy.maxRestarts)},
         {"name": "PET_LOCAL_ADDR", "value": "$(LLMJOB_POD_IP)"},
+        # Without it torch (2.5+) reuses the first round's master address after a re-rendezvous, so a
+        # replacement node waits for ever (measured in bench/trainer_recovery.py, docs/trainer.md).
+        {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
     if job.spec.checkpointDir:
@@ -149,6 +152,14 @@ def _volumes(job: LLMTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, 
     return volumes, mounts
 
 
+def metrics_ports(nproc: int) -> list[dict[str, Any]]:
+    """Each local rank serves Prometheus metrics on 9400 + rank: `metrics`, `metrics-1`, ..."""
+    return [
+        {"name": "metrics" if rank == 0 else f"metrics-{rank}", "containerPort": TRAINER_METRICS_PORT + rank}
+        for rank in range(nproc)
+    ]
+
+
 def worker_pod(job: LLMTrainingJob, index: int, attempt: int) -> dict[str, Any]:
     """The worker pod for replica ``index`` made in restart ``attempt``."""
     name = labels.worker_name(job.metadata.name, index)
@@ -163,7 +174,7 @@ def worker_pod(job: LLMTrainingJob, index: int, attempt: int) -> dict[str, Any]:
         "command": ["torchrun", "--no-python"],
         "args": [*job.spec.command, *job.spec.args],
         "env": container_env(job, index, attempt),
-        "ports": [{"name": "metrics", "containerPort": TRAINER_METRICS_PORT}],
+        "ports": metrics_ports(job.nproc_per_node),
         "volumeMounts": mounts,
     }
     resources = _resources(job)
