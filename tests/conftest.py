@@ -32,6 +32,7 @@ LOG_TAIL_LINES = 40
 _session_cluster: LocalCluster | None = None  # set while the session cluster exists (even half-started)
 _session_ready = False  # set once it is up: only then are nodes restored after each test
 _session_logs: Path | None = None
+_session_peak_memory: dict[str, int] = {}
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     finally:
         _session_ready = False
         _session_cluster = None
+        _session_peak_memory.update(local.peak_memory_bytes())
         local.collect_logs(_session_logs)
         local.down()
         if previous is None:
@@ -114,5 +116,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _session_logs is not None and any(_session_logs.iterdir()):
+    if _session_peak_memory:
+        parts = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in sorted(_session_peak_memory.items()))
+        total = sum(_session_peak_memory.values()) / 2**20
+        terminalreporter.write_line(f"local control plane peak RSS: {total:.0f} MiB ({parts})")
+    if _session_logs is not None and _session_logs.is_dir() and any(_session_logs.iterdir()):
         terminalreporter.write_line(f"local cluster logs kept in {_session_logs}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -22,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_operator.localcluster import chaos, kwokconfig, marks, nodes, paths, tools
+from llm_operator.localcluster import chaos, kwokconfig, marks, nodes, paths, ports, tools
 from llm_operator.localcluster.errors import LocalClusterError
+from llm_operator.localcluster.filelock import locked
 from llm_operator.localcluster.kubectl import Kubectl
 from llm_operator.localcluster.waiting import poll
 
@@ -40,7 +40,8 @@ CLUSTER_TOOLS = (
     "kubectl",
 )
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 180.0  # kwokctl create, including its own wait for the apiserver
+READY_TIMEOUT_S = 60.0  # then /readyz (admission, RBAC bootstrap)
 
 
 def say(message: str) -> None:
@@ -58,17 +59,6 @@ def cluster_names() -> list[str]:
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "kwok.yaml").is_file())
-
-
-def check_port_free(port: int, host: str = "127.0.0.1") -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise LocalClusterError(
-                f"port {port} on {host} is not free for kube-apiserver ({exc.strerror}): "
-                "pick another with --port, or leave it out for a free one"
-            ) from exc
 
 
 def validate_name(name: str) -> str:
@@ -158,6 +148,11 @@ class LocalCluster:
         return kwok_workdir() / "configs" / f"{self.name}.yaml"
 
     @property
+    def failed_logs_dir(self) -> Path:
+        """Where the logs of a cluster that failed to start are kept (its own folder is removed)."""
+        return kwok_workdir() / "configs" / f"{self.name}.failed-logs"
+
+    @property
     def kube(self) -> Kubectl:
         return Kubectl(self.tools["kubectl"], self.kubeconfig)
 
@@ -171,7 +166,11 @@ class LocalCluster:
         return (self.workdir / "kwok.yaml").is_file()
 
     def log_files(self) -> list[Path]:
-        return sorted(self.logs_dir.glob("*.log")) if self.logs_dir.is_dir() else []
+        """Component logs: the live ones, or those kept when the cluster failed to start."""
+        for folder in (self.logs_dir, self.failed_logs_dir):
+            if folder.is_dir():
+                return sorted(folder.glob("*.log"))
+        return []
 
     # ------------------------------------------------------------------ kwokctl
     def _kwokctl_env(self) -> dict[str, str]:
@@ -179,6 +178,8 @@ class LocalCluster:
             **os.environ,
             "KWOK_WORKDIR": str(kwok_workdir()),
             "KWOK_KUBECTL_BINARY": str(self.tools["kubectl"]),
+            # kwokctl runs the first `kubectl` on PATH: make it ours, not a system one of another version
+            "PATH": os.pathsep.join([str(self.tools["kubectl"].parent), os.environ.get("PATH", "")]),
             "KWOK_RUNTIME": "binary",
         }
 
@@ -258,25 +259,14 @@ class LocalCluster:
         Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
         """
         started = time.monotonic()
-        tool_paths = self.tools  # builds first, with its own progress
+        self.tools  # noqa: B018 - builds first, with its own progress
         if self.exists() and self.is_running():
             say(f"cluster {self.name} is already running")
             fresh = False
         else:
-            if port and not self.exists():
-                check_port_free(port)
-            say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
-            self.config_path.parent.mkdir(parents=True, exist_ok=True)
-            self.config_path.write_text(kwokconfig.render(kwokconfig.KwokctlSettings(apiserver_port=port)))
-            self._kwokctl(*self._create_argv(), stream=True)
-            poll(
-                self.is_running,
-                timeout=60,
-                what=f"kube-apiserver of cluster {self.name} to answer /readyz",
-                interval=0.2,
-            )
+            with locked(kwok_workdir() / ".start.lock", lambda: say("another cluster is starting; waiting")):
+                self._start(port)
             fresh = True
-        del tool_paths
         if not self.kube.items("nodes"):
             self.add_nodes(nodes.cluster_nodes(gpu_nodes, cpu_nodes))
         elif fresh is False:
@@ -285,6 +275,47 @@ class LocalCluster:
         self.wait_default_service_account()
         say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")
         return fresh
+
+    def _start(self, port: int) -> None:
+        """Create (or resume) the cluster with kwokctl; the caller holds the start lock."""
+        settings = kwokconfig.KwokctlSettings()
+        if not self.exists():  # a stopped cluster keeps the ports of its saved config
+            if port and not ports.is_free(port):
+                raise LocalClusterError(
+                    f"port {port} on 127.0.0.1 is not free for kube-apiserver: "
+                    "pick another with --port, or leave it out for a free one"
+                )
+            others = [kwok_workdir() / "clusters" / n for n in cluster_names() if n != self.name]
+            chosen = ports.pick(
+                ports.PORT_OPTIONS,
+                taken=ports.claimed_ports(others),
+                fixed={"kubeApiserverPort": port} if port else None,
+            )
+            settings = kwokconfig.KwokctlSettings(ports=chosen)
+        fresh = not self.exists()
+        say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
+        self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(kwokconfig.render(settings))
+        try:
+            self._kwokctl(*self._create_argv(), stream=True)
+            poll(
+                self.is_running,
+                timeout=READY_TIMEOUT_S,
+                what=f"kube-apiserver of cluster {self.name} to answer /readyz",
+                interval=0.2,
+            )
+        except LocalClusterError as exc:
+            if not fresh:
+                raise LocalClusterError(
+                    f"{exc}; the existing cluster {self.name} could not be resumed: "
+                    f"`llmjob cluster down --name {self.name}` and start it again"
+                ) from exc
+            # A half-started new cluster would be resumed with the same (bad) ports: keep its logs, drop it.
+            kept = self.collect_logs(self.failed_logs_dir)
+            self.down()
+            where = f"; component logs in {self.failed_logs_dir}" if kept else ""
+            raise LocalClusterError(f"{exc}{where}") from exc
+        self.forget_failed_logs()
 
     def add_nodes(self, manifests: Iterable[dict[str, Any]], *, timeout: float = 60.0) -> list[str]:
         """Create nodes (existing ones are left alone) and wait until kwok reports them Ready."""
@@ -340,6 +371,9 @@ class LocalCluster:
         self.config_path.unlink(missing_ok=True)
         return True
 
+    def forget_failed_logs(self) -> None:
+        shutil.rmtree(self.failed_logs_dir, ignore_errors=True)
+
     def status(self) -> ClusterStatus:
         if not self.exists():
             return ClusterStatus(self.name, exists=False, running=False, kubeconfig=self.kubeconfig)
@@ -372,12 +406,28 @@ class LocalCluster:
                 continue
         return pids
 
+    def peak_memory_bytes(self) -> dict[str, int]:
+        """Peak resident memory (VmHWM) of each running component so far (Linux /proc)."""
+        peaks = {}
+        for component, pid in self.component_pids().items():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks[component] = int(line.split()[1]) * 1024
+        return peaks
+
     def collect_logs(self, dest: Path) -> list[Path]:
         """Copy every component log into ``dest`` (call before :meth:`down`, which deletes them)."""
         dest.mkdir(parents=True, exist_ok=True)
         copied = []
         for log in self.log_files():
             target = dest / log.name
+            if target.resolve() == log.resolve():
+                copied.append(target)
+                continue
             shutil.copyfile(log, target)
             copied.append(target)
         return copied
