@@ -120,7 +120,7 @@ def up(name: str, gpu_nodes: int, cpu_nodes: int, kubectl_binary: Path | None, c
         kube.patch(
             "node",
             node["metadata"]["name"],
-            {"status": {"capacity": extended, "allocatable": extended}},
+            {"status": {"capacity": extended}},  # the kubelet derives allocatable from it
             subresource="status",
         )
     if crds_dir is not None and crds_dir.is_dir():
