@@ -24,6 +24,7 @@ from pathlib import Path
 from llm_operator.localcluster.errors import LocalClusterError
 from llm_operator.localcluster.filelock import locked
 from llm_operator.localcluster.paths import cache_root, repo_root
+from llm_operator.localcluster.progress import say
 
 KUBE_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -146,7 +147,7 @@ def _from_environment(tool: str) -> Path | None:
 
 
 def _say(message: str) -> None:
-    print(f"[tools] {message}", file=sys.stderr, flush=True)
+    say("tools", message)
 
 
 def _count_packages(group: ToolGroup, env: dict[str, str]) -> int:
