@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import support.*` in every import mode
 
 from llm_operator.localcluster import chaos, nodes, paths
-from llm_operator.localcluster.cluster import LocalCluster
+from llm_operator.localcluster.cluster import LocalCluster, cluster_names, pid_alive
 from support.wait import wait_for
 
 TEST_GPU_NODES = int(os.environ.get("LLMJOB_TEST_GPU_NODES", "4"))
@@ -39,6 +39,7 @@ _session_peak_memory: dict[str, int] = {}
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The session's local cluster (``LocalCluster``: .name, .kubeconfig, .kubectl(...), .tools)."""
     global _session_cluster, _session_ready, _session_logs
+    _remove_clusters_of_dead_sessions()
     local = LocalCluster(f"pytest-{os.getpid()}")
     _session_logs = tmp_path_factory.mktemp("cluster-logs")
     previous = os.environ.get("KUBECONFIG")
@@ -53,11 +54,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         _session_cluster = None
         _session_peak_memory.update(local.peak_memory_bytes())
         local.collect_logs(_session_logs)
+        local.forget_failed_logs()
         local.down()
         if previous is None:
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = previous
+
+
+def _remove_clusters_of_dead_sessions() -> None:
+    """A killed test run cannot tear down its cluster: the next run does (live sessions are left alone)."""
+    for name in cluster_names():
+        match = re.fullmatch(r"pytest-(?:cli-)?(\d+)", name)
+        if match and not pid_alive(int(match.group(1))):
+            LocalCluster(name).down()
 
 
 @pytest.fixture(autouse=True)

@@ -56,6 +56,16 @@ def cluster_names() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "kwok.yaml").is_file())
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
 def validate_name(name: str) -> str:
     ok = name and len(name) <= 40 and name[0].isalnum() and all(c.isalnum() or c in "-_" for c in name)
     if not ok:
@@ -256,6 +266,7 @@ class LocalCluster:
         self._kwokctl.delete()
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.config_path.unlink(missing_ok=True)
+        self._kwokctl.log_path.unlink(missing_ok=True)
         return True
 
     def forget_failed_logs(self) -> None:
@@ -270,18 +281,8 @@ class LocalCluster:
         return ClusterStatus(self.name, True, running, self.kubeconfig, components, node_list)
 
     def _component_alive(self, component: str) -> bool:
-        pid_file = self.workdir / "pids" / f"{component}.pid"
-        try:
-            pid = int(pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        pid = self.component_pids().get(component)
+        return pid is not None and pid_alive(pid)
 
     def component_pids(self) -> dict[str, int]:
         """PIDs of the running components (for memory accounting)."""
