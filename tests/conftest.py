@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import support.*` in every import mode
 
 from llm_operator.localcluster import chaos, nodes, paths
-from llm_operator.localcluster.cluster import LocalCluster
+from llm_operator.localcluster.cluster import LocalCluster, cluster_names, pid_alive
 from support.wait import wait_for
 
 TEST_GPU_NODES = int(os.environ.get("LLMJOB_TEST_GPU_NODES", "4"))
@@ -32,12 +32,14 @@ LOG_TAIL_LINES = 40
 _session_cluster: LocalCluster | None = None  # set while the session cluster exists (even half-started)
 _session_ready = False  # set once it is up: only then are nodes restored after each test
 _session_logs: Path | None = None
+_session_peak_memory: dict[str, int] = {}
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The session's local cluster (``LocalCluster``: .name, .kubeconfig, .kubectl(...), .tools)."""
     global _session_cluster, _session_ready, _session_logs
+    _remove_clusters_of_dead_sessions()
     local = LocalCluster(f"pytest-{os.getpid()}")
     _session_logs = tmp_path_factory.mktemp("cluster-logs")
     previous = os.environ.get("KUBECONFIG")
@@ -50,12 +52,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     finally:
         _session_ready = False
         _session_cluster = None
+        _session_peak_memory.update(local.peak_memory_bytes())
         local.collect_logs(_session_logs)
+        local.forget_failed_logs()
         local.down()
         if previous is None:
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = previous
+
+
+def _remove_clusters_of_dead_sessions() -> None:
+    """A killed test run cannot tear down its cluster: the next run does (live sessions are left alone)."""
+    for name in cluster_names():
+        match = re.fullmatch(r"pytest-(?:cli-)?(\d+)", name)
+        if match and not pid_alive(int(match.group(1))):
+            LocalCluster(name).down()
 
 
 @pytest.fixture(autouse=True)
@@ -114,5 +126,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _session_logs is not None and any(_session_logs.iterdir()):
+    if _session_peak_memory:
+        parts = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in sorted(_session_peak_memory.items()))
+        total = sum(_session_peak_memory.values()) / 2**20
+        terminalreporter.write_line(f"local control plane peak RSS: {total:.0f} MiB ({parts})")
+    if _session_logs is not None and _session_logs.is_dir() and any(_session_logs.iterdir()):
         terminalreporter.write_line(f"local cluster logs kept in {_session_logs}")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -247,6 +249,26 @@ def test_taint_for_termination(
     wait_for(
         lambda: pod_running_ready(cluster, namespace, "wants-that-node"), 60, "the pod to run once untainted"
     )
+
+
+# ------------------------------------------------------------------------------------------------- CRDs
+def test_every_yaml_of_a_crd_folder_is_installed_and_served(cluster: LocalCluster, namespace: str) -> None:
+    folder = Path(__file__).resolve().parents[1] / "support" / "crds"
+    installed = cluster.install_crds(folder)
+    cleanup = ["delete", "--wait=false", "-f", str(folder)]
+    assert sorted(installed) == [
+        "customresourcedefinition.apiextensions.k8s.io/gadgets.test.elasticllm.dev",
+        "customresourcedefinition.apiextensions.k8s.io/widgets.test.elasticllm.dev",
+    ]
+    widget = {"apiVersion": "test.elasticllm.dev/v1", "kind": "Widget", "metadata": {"name": "w"},
+              "spec": {"size": 0}}  # fmt: skip
+    rejected = cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(widget), check=False)
+    assert rejected.returncode != 0 and "spec.size" in rejected.stderr, "the CRD schema is enforced"
+    widget["spec"] = {"size": 2}
+    create(cluster, namespace, widget)
+    assert cluster.kube.get("widget", "w", namespace) is not None
+    assert cluster.install_crds(folder) == installed, "installing again changes nothing"
+    cluster.kubectl(*cleanup)
 
 
 # ---------------------------------------------------------------------------------------- idempotency

@@ -161,7 +161,13 @@ def test_dead_nodes_are_left_alone_by_kwok() -> None:
 
 
 def test_kwokctl_config_is_lean_and_pinned() -> None:
-    docs = list(yaml.safe_load_all(kwokconfig.render(kwokconfig.KwokctlSettings(apiserver_port=6443))))
+    docs = list(
+        yaml.safe_load_all(
+            kwokconfig.render(
+                kwokconfig.KwokctlSettings(ports={"kubeApiserverPort": 6443, "etcdPort": 23790})
+            )
+        )
+    )
     kinds = [d["kind"] for d in docs]
     assert kinds[0] == "KwokctlConfiguration"
     assert "KwokConfiguration" not in kinds, "a partial KwokConfiguration zeroes kwok's other defaults"
@@ -169,7 +175,7 @@ def test_kwokctl_config_is_lean_and_pinned() -> None:
     options = docs[0]["options"]
     assert options["runtime"] == "binary"
     assert options["kubeVersion"] == tools.KUBE_VERSION
-    assert options["kubeApiserverPort"] == 6443
+    assert (options["kubeApiserverPort"], options["etcdPort"]) == (6443, 23790)
     assert options["heartbeatFactor"] == 1
     assert options["bindAddress"] == "127.0.0.1"
     controllers = docs[0]["componentsPatches"][0]["extraArgs"][0]

@@ -5,26 +5,27 @@ Layout (all under the per-machine cache, see :mod:`paths`)::
     kwok/                       KWOK_WORKDIR of every cluster we start
       clusters/<name>/          kwokctl's own folder: kubeconfig.yaml, logs/<component>.log, pids/, etcd/
       configs/<name>.yaml       the --config we gave kwokctl (options + our Stages), kept for debugging
+      configs/<name>.kwokctl.log       kwokctl's output of the last start/stop
+      configs/<name>.failed-logs/      component logs of a cluster that failed to start
+      .start.lock               clusters start one at a time (ports are picked under it)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_operator.localcluster import chaos, kwokconfig, marks, nodes, paths, tools
+from llm_operator.localcluster import chaos, kwokconfig, kwokctl, nodes, paths, ports, progress, tools
 from llm_operator.localcluster.errors import LocalClusterError
+from llm_operator.localcluster.filelock import locked
 from llm_operator.localcluster.kubectl import Kubectl
+from llm_operator.localcluster.kwokctl import Kwokctl
+from llm_operator.localcluster.status import ClusterStatus, summarize_node
 from llm_operator.localcluster.waiting import poll
 
 DEFAULT_NAME = "llmjob"
@@ -40,35 +41,29 @@ CLUSTER_TOOLS = (
     "kubectl",
 )
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
-START_TIMEOUT_S = 180.0
+READY_TIMEOUT_S = 60.0  # after kwokctl create: /readyz (admission, RBAC bootstrap)
 
 
 def say(message: str) -> None:
-    """Progress goes to stderr, so stdout stays clean for what scripts read (paths, exports)."""
-    print(f"[cluster] {message}", file=sys.stderr, flush=True)
-
-
-def kwok_workdir() -> Path:
-    return paths.cache_root() / "kwok"
+    progress.say("cluster", message)
 
 
 def cluster_names() -> list[str]:
     """Clusters that kwokctl knows of under our work dir (running or stopped)."""
-    root = kwok_workdir() / "clusters"
+    root = kwokctl.workdir() / "clusters"
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "kwok.yaml").is_file())
 
 
-def check_port_free(port: int, host: str = "127.0.0.1") -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise LocalClusterError(
-                f"port {port} on {host} is not free for kube-apiserver ({exc.strerror}): "
-                "pick another with --port, or leave it out for a free one"
-            ) from exc
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
 
 
 def validate_name(name: str) -> str:
@@ -76,54 +71,6 @@ def validate_name(name: str) -> str:
     if not ok:
         raise LocalClusterError(f"invalid cluster name {name!r}: use letters, digits, '-' or '_' (max 40)")
     return name
-
-
-@dataclass(frozen=True)
-class NodeSummary:
-    name: str
-    role: str
-    ready: bool
-    gpus: int
-    efa: int
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    name: str
-    exists: bool
-    running: bool
-    kubeconfig: Path
-    components: dict[str, str] = field(default_factory=dict)  # name -> "running" | "stopped"
-    nodes: list[NodeSummary] = field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        if not self.exists:
-            return [f"cluster {self.name}: does not exist"]
-        state = "running" if self.running else "not running"
-        out = [f"cluster {self.name}: {state}", f"  kubeconfig: {self.kubeconfig}"]
-        out += [f"  {name}: {state}" for name, state in self.components.items()]
-        if self.running:
-            ready = sum(n.ready for n in self.nodes)
-            gpus = sum(n.gpus for n in self.nodes if n.ready)
-            out.append(f"  nodes: {ready}/{len(self.nodes)} Ready, {gpus} {marks.GPU_RESOURCE} allocatable")
-            for n in self.nodes:
-                state = "Ready" if n.ready else "NotReady"
-                out.append(f"    {n.name:<16} {n.role:<4} {state:<9} gpu={n.gpus} efa={n.efa}")
-        return out
-
-
-def summarize_node(node: dict[str, Any]) -> NodeSummary:
-    meta = node["metadata"]
-    status = node.get("status", {})
-    allocatable = status.get("allocatable", {})
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
-    return NodeSummary(
-        name=meta["name"],
-        role=meta.get("labels", {}).get(marks.NODE_ROLE_LABEL, "?"),
-        ready=ready,
-        gpus=int(allocatable.get(marks.GPU_RESOURCE, "0")),
-        efa=int(allocatable.get(marks.EFA_RESOURCE, "0")),
-    )
 
 
 class LocalCluster:
@@ -143,7 +90,7 @@ class LocalCluster:
 
     @property
     def workdir(self) -> Path:
-        return kwok_workdir() / "clusters" / self.name
+        return kwokctl.workdir() / "clusters" / self.name
 
     @property
     def kubeconfig(self) -> Path:
@@ -155,7 +102,16 @@ class LocalCluster:
 
     @property
     def config_path(self) -> Path:
-        return kwok_workdir() / "configs" / f"{self.name}.yaml"
+        return kwokctl.workdir() / "configs" / f"{self.name}.yaml"
+
+    @property
+    def failed_logs_dir(self) -> Path:
+        """Where the logs of a cluster that failed to start are kept (its own folder is removed)."""
+        return kwokctl.workdir() / "configs" / f"{self.name}.failed-logs"
+
+    @property
+    def _kwokctl(self) -> Kwokctl:
+        return Kwokctl(self.name, self.tools)
 
     @property
     def kube(self) -> Kubectl:
@@ -171,71 +127,11 @@ class LocalCluster:
         return (self.workdir / "kwok.yaml").is_file()
 
     def log_files(self) -> list[Path]:
-        return sorted(self.logs_dir.glob("*.log")) if self.logs_dir.is_dir() else []
-
-    # ------------------------------------------------------------------ kwokctl
-    def _kwokctl_env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "KWOK_WORKDIR": str(kwok_workdir()),
-            "KWOK_KUBECTL_BINARY": str(self.tools["kubectl"]),
-            "KWOK_RUNTIME": "binary",
-        }
-
-    def _kwokctl(self, *args: str, stream: bool = False, timeout: float = START_TIMEOUT_S) -> str:
-        argv = [str(self.tools["kwokctl"]), "--name", self.name, *args]
-        if not stream:
-            result = subprocess.run(
-                argv, env=self._kwokctl_env(), capture_output=True, text=True, timeout=timeout, check=False
-            )
-            if result.returncode != 0:
-                raise LocalClusterError(
-                    f"kwokctl {' '.join(args[:2])} for cluster {self.name} failed: "
-                    f"{_last_line(result.stderr)}"
-                )
-            return result.stdout
-        # Streamed: kwokctl logs each step on stderr; echo it as progress and keep it for errors.
-        log_path = kwok_workdir() / "configs" / f"{self.name}.kwokctl.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        lines: list[str] = []
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(
-                argv, env=self._kwokctl_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-            watchdog = threading.Timer(timeout, proc.kill)
-            watchdog.start()
-            try:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    log.write(line)
-                    lines.append(line.rstrip())
-                    say(f"kwokctl: {_readable(line)}")
-                code = proc.wait()
-            finally:
-                watchdog.cancel()
-        if code < 0:
-            lines.append(f"killed after {timeout:.0f}s")
-        if code != 0:
-            raise LocalClusterError(
-                f"kwokctl {' '.join(args[:2])} for cluster {self.name} failed (exit {code}): "
-                f"{_readable(_last_line(chr(10).join(lines)))} (full output in {log_path})"
-            )
-        return "\n".join(lines)
-
-    def _create_argv(self) -> list[str]:
-        t = self.tools
-        return [
-            "create", "cluster",
-            "--runtime", "binary",
-            "--config", str(self.config_path),
-            "--kubeconfig", "",  # never touch ~/.kube/config: the kubeconfig stays in our work dir
-            "--kube-apiserver-binary", str(t["kube-apiserver"]),
-            "--kube-controller-manager-binary", str(t["kube-controller-manager"]),
-            "--kube-scheduler-binary", str(t["kube-scheduler"]),
-            "--kwok-controller-binary", str(t["kwok"]),
-            "--etcd-binary", str(t["etcd"]),
-            "--timeout", f"{int(START_TIMEOUT_S)}s",
-        ]  # fmt: skip
+        """Component logs: the live ones, or those kept when the cluster failed to start."""
+        for folder in (self.logs_dir, self.failed_logs_dir):
+            if folder.is_dir():
+                return sorted(folder.glob("*.log"))
+        return []
 
     # ------------------------------------------------------------------ lifecycle
     def is_running(self) -> bool:
@@ -258,25 +154,16 @@ class LocalCluster:
         Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
         """
         started = time.monotonic()
-        tool_paths = self.tools  # builds first, with its own progress
+        self.tools  # noqa: B018 - builds first, with its own progress
         if self.exists() and self.is_running():
             say(f"cluster {self.name} is already running")
             fresh = False
         else:
-            if port and not self.exists():
-                check_port_free(port)
-            say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
-            self.config_path.parent.mkdir(parents=True, exist_ok=True)
-            self.config_path.write_text(kwokconfig.render(kwokconfig.KwokctlSettings(apiserver_port=port)))
-            self._kwokctl(*self._create_argv(), stream=True)
-            poll(
-                self.is_running,
-                timeout=60,
-                what=f"kube-apiserver of cluster {self.name} to answer /readyz",
-                interval=0.2,
-            )
+            with locked(
+                kwokctl.workdir() / ".start.lock", lambda: say("another cluster is starting; waiting")
+            ):
+                self._start(port)
             fresh = True
-        del tool_paths
         if not self.kube.items("nodes"):
             self.add_nodes(nodes.cluster_nodes(gpu_nodes, cpu_nodes))
         elif fresh is False:
@@ -285,6 +172,47 @@ class LocalCluster:
         self.wait_default_service_account()
         say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")
         return fresh
+
+    def _start(self, port: int) -> None:
+        """Create (or resume) the cluster with kwokctl; the caller holds the start lock."""
+        settings = kwokconfig.KwokctlSettings()
+        if not self.exists():  # a stopped cluster keeps the ports of its saved config
+            if port and not ports.is_free(port):
+                raise LocalClusterError(
+                    f"port {port} on 127.0.0.1 is not free for kube-apiserver: "
+                    "pick another with --port, or leave it out for a free one"
+                )
+            others = [kwokctl.workdir() / "clusters" / n for n in cluster_names() if n != self.name]
+            chosen = ports.pick(
+                ports.PORT_OPTIONS,
+                taken=ports.claimed_ports(others),
+                fixed={"kubeApiserverPort": port} if port else None,
+            )
+            settings = kwokconfig.KwokctlSettings(ports=chosen)
+        fresh = not self.exists()
+        say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
+        self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(kwokconfig.render(settings))
+        try:
+            self._kwokctl.create(self.config_path)
+            poll(
+                self.is_running,
+                timeout=READY_TIMEOUT_S,
+                what=f"kube-apiserver of cluster {self.name} to answer /readyz",
+                interval=0.2,
+            )
+        except LocalClusterError as exc:
+            if not fresh:
+                raise LocalClusterError(
+                    f"{exc}; the existing cluster {self.name} could not be resumed: "
+                    f"`llmjob cluster down --name {self.name}` and start it again"
+                ) from exc
+            # A half-started new cluster would be resumed with the same (bad) ports: keep its logs, drop it.
+            kept = self.collect_logs(self.failed_logs_dir)
+            self.down()
+            where = f"; component logs in {self.failed_logs_dir}" if kept else ""
+            raise LocalClusterError(f"{exc}{where}") from exc
+        self.forget_failed_logs()
 
     def add_nodes(self, manifests: Iterable[dict[str, Any]], *, timeout: float = 60.0) -> list[str]:
         """Create nodes (existing ones are left alone) and wait until kwok reports them Ready."""
@@ -335,10 +263,14 @@ class LocalCluster:
         if not self.exists():
             return False
         say(f"deleting cluster {self.name}")
-        self._kwokctl("delete", "cluster", stream=True, timeout=120)
+        self._kwokctl.delete()
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.config_path.unlink(missing_ok=True)
+        self._kwokctl.log_path.unlink(missing_ok=True)
         return True
+
+    def forget_failed_logs(self) -> None:
+        shutil.rmtree(self.failed_logs_dir, ignore_errors=True)
 
     def status(self) -> ClusterStatus:
         if not self.exists():
@@ -349,18 +281,8 @@ class LocalCluster:
         return ClusterStatus(self.name, True, running, self.kubeconfig, components, node_list)
 
     def _component_alive(self, component: str) -> bool:
-        pid_file = self.workdir / "pids" / f"{component}.pid"
-        try:
-            pid = int(pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        pid = self.component_pids().get(component)
+        return pid is not None and pid_alive(pid)
 
     def component_pids(self) -> dict[str, int]:
         """PIDs of the running components (for memory accounting)."""
@@ -372,35 +294,28 @@ class LocalCluster:
                 continue
         return pids
 
+    def peak_memory_bytes(self) -> dict[str, int]:
+        """Peak resident memory (VmHWM) of each running component so far (Linux /proc)."""
+        peaks = {}
+        for component, pid in self.component_pids().items():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks[component] = int(line.split()[1]) * 1024
+        return peaks
+
     def collect_logs(self, dest: Path) -> list[Path]:
         """Copy every component log into ``dest`` (call before :meth:`down`, which deletes them)."""
         dest.mkdir(parents=True, exist_ok=True)
         copied = []
         for log in self.log_files():
             target = dest / log.name
+            if target.resolve() == log.resolve():
+                copied.append(target)
+                continue
             shutil.copyfile(log, target)
             copied.append(target)
         return copied
-
-
-def _readable(line: str) -> str:
-    """kwokctl logs JSON lines; keep what a person reads: level, message, elapsed time, error."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return line.rstrip()
-    if not isinstance(record, dict) or "msg" not in record:
-        return line.rstrip()
-    text = str(record["msg"])
-    elapsed = record.get("elapsed")
-    if isinstance(elapsed, dict) and "human" in elapsed:
-        text += f" ({elapsed['human']})"
-    if "err" in record:
-        text += f": {record['err']}"
-    level = record.get("level", "INFO")
-    return text if level == "INFO" else f"{level}: {text}"
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(no output)"

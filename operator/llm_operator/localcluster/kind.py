@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from llm_operator.localcluster import marks, nodes, paths
-from llm_operator.localcluster.cluster import say
 from llm_operator.localcluster.errors import LocalClusterError
 from llm_operator.localcluster.kubectl import Kubectl
+from llm_operator.localcluster.progress import say
 
 KIND_API = "kind.x-k8s.io/v1alpha4"
 
@@ -96,7 +96,10 @@ def up(name: str, gpu_nodes: int, cpu_nodes: int, kubectl_binary: Path | None, c
     config = kind_dir() / f"{name}.yaml"
     kubeconfig = kind_dir() / f"{name}.kubeconfig"
     config.write_text(render(name, gpu_nodes, cpu_nodes))
-    say(f"creating kind cluster {name} ({gpu_nodes} GPU-like + {cpu_nodes} CPU workers); config {config}")
+    say(
+        "cluster",
+        f"creating kind cluster {name} ({gpu_nodes} GPU-like + {cpu_nodes} CPU workers); config {config}",
+    )
     argv = [
         kind,
         "create",
@@ -120,7 +123,7 @@ def up(name: str, gpu_nodes: int, cpu_nodes: int, kubectl_binary: Path | None, c
         kube.patch(
             "node",
             node["metadata"]["name"],
-            {"status": {"capacity": extended, "allocatable": extended}},
+            {"status": {"capacity": extended}},  # the kubelet derives allocatable from it
             subresource="status",
         )
     if crds_dir is not None and crds_dir.is_dir():

@@ -6,7 +6,7 @@ come from each node's ``spec.podCIDR`` (see :mod:`nodes`), not from kwok's small
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -53,7 +53,7 @@ DISABLED_CONTROLLERS = (
 class KwokctlSettings:
     """What varies between clusters; everything else is fixed for a lean, fast local control plane."""
 
-    apiserver_port: int = 0  # 0: kwokctl picks a free port
+    ports: dict[str, int] = field(default_factory=dict)  # kwokctl option (ports.PORT_OPTIONS) -> port
     node_monitor_period_ms: int = 1000  # how fast NotReady nodes are noticed (default 5s)
     node_monitor_grace_period_ms: int = 40000
     node_lease_duration_s: int = 40
@@ -84,14 +84,21 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
         "nodeLeaseDurationSeconds": settings.node_lease_duration_s,
         "heartbeatFactor": 1,  # kwokctl multiplies the three timings above by 5 unless told otherwise
     }
-    if settings.apiserver_port:
-        options["kubeApiserverPort"] = settings.apiserver_port
+    options.update(settings.ports)
     return {
         "apiVersion": CONFIG_API,
         "kind": "KwokctlConfiguration",
         "options": options,
         "componentsPatches": [
-            {"name": "kube-controller-manager", "extraArgs": [{"key": "controllers", "value": controllers}]},
+            {
+                "name": "kube-controller-manager",
+                "extraArgs": [
+                    {"key": "controllers", "value": controllers},
+                    # Taint lost nodes NoExecute at once (default 0.1 node/s: one node every 10 s).
+                    {"key": "node-eviction-rate", "value": "100"},
+                    {"key": "secondary-node-eviction-rate", "value": "100"},
+                ],
+            },
             {
                 # kwok acts as the kubelet of every node except those marked dead (see chaos.py).
                 "name": "kwok-controller",

@@ -10,8 +10,6 @@ build instead of racing. The envtest convention is honoured: ``TEST_ASSET_<NAME>
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -19,12 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm_operator.localcluster.errors import LocalClusterError
+from llm_operator.localcluster.filelock import locked
 from llm_operator.localcluster.paths import cache_root, repo_root
+from llm_operator.localcluster.progress import say
 
 KUBE_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -146,23 +146,8 @@ def _from_environment(tool: str) -> Path | None:
     return None
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _say(f"another process is building the tools ({path}); waiting for it to finish")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _say(message: str) -> None:
-    print(f"[tools] {message}", file=sys.stderr, flush=True)
+    say("tools", message)
 
 
 def _count_packages(group: ToolGroup, env: dict[str, str]) -> int:
@@ -239,7 +224,8 @@ def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
             missing_groups[group.name] = group
     if missing_groups:
         root = cache_root() / "tools"
-        with _locked(root / ".build.lock"):
+        lock = root / ".build.lock"
+        with locked(lock, lambda: _say(f"another process is building the tools ({lock}); waiting for it")):
             log_dir = root / "logs"
             log_dir.mkdir(parents=True, exist_ok=True)
             errors: list[BaseException] = []
