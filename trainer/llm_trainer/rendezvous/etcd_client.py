@@ -1,7 +1,7 @@
 """A small typed facade over python3-etcd3: the etcd v3 calls the rendezvous backend and store make.
 
 Everything in the package talks to etcd through :class:`EtcdClient`, so the client library can be swapped
-in one place (docs/decisions-trainer.md records why python3-etcd3). Two rough edges of that library are
+in one place (docs/decisions.md records why python3-etcd3). Two rough edges of that library are
 handled here rather than at every call site:
 
 * A single-endpoint client marks its endpoint failed for 300 s after one ``UNAVAILABLE`` answer. We build
