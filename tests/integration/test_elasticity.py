@@ -48,6 +48,17 @@ def start(cluster: Any, namespace: str, size: int, **spec: Any) -> list[dict[str
     return running_workers(cluster, namespace, "llama")
 
 
+def status_when(cluster: Any, namespace: str, what: str, **expected: Any) -> dict[str, Any]:
+    """Wait until the job's status has every expected field value; return that status."""
+
+    def probe() -> dict[str, Any] | None:
+        s = status(cluster, namespace, "llama")
+        return s if all(s.get(k) == v for k, v in expected.items()) else None
+
+    found: dict[str, Any] = wait_for(probe, TIMEOUT, what)
+    return found
+
+
 def not_ready(cluster: Any, node: str) -> None:
     """Mark the node NotReady and wait only until it reports so (not for the controller-manager)."""
     chaos.node_not_ready(node, kube=cluster.kube, wait=False)
@@ -84,9 +95,7 @@ def test_node_not_ready_worker_replaced(cluster: Any, namespace: str, operator: 
     chaos.node_not_ready(victim["spec"]["nodeName"], kube=cluster.kube, wait=False)
     now = wait_for(replaced(cluster, namespace, victim), TIMEOUT, "lost worker replaced on a healthy node")
     assert victim["spec"]["nodeName"] not in {p["spec"]["nodeName"] for p in now}
-    st = wait_for(
-        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Running" and s, TIMEOUT, "Running"
-    )
+    st = status_when(cluster, namespace, "Running", phase="Running")
     assert st["restarts"] == 1 and st["readyReplicas"] == 3
     events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
     assert "NodeNotReady" in events
@@ -137,9 +146,7 @@ def test_retryable_exit_replaced_nonretryable_fails(cluster: Any, namespace: str
     assert status(cluster, namespace, "llama")["restarts"] == 1
     second = pod_named(running_workers(cluster, namespace, "llama"), "-worker-2")
     chaos.fail_pod(namespace, second["metadata"]["name"], 42, kube=cluster.kube, wait=False)
-    st = wait_for(
-        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Failed" and s, TIMEOUT, "Failed"
-    )
+    st = status_when(cluster, namespace, "Failed", phase="Failed")
     assert st["reason"] == "NonRetryableExitCode" and "42" in st["message"]
     wait_for(lambda: not running_workers(cluster, namespace, "llama"), TIMEOUT, "remaining workers deleted")
 
@@ -154,29 +161,13 @@ def test_shrink_to_capacity_then_grow_back(cluster: Any, namespace: str, operato
     ]
     for node in lost:
         chaos.node_not_ready(node, kube=cluster.kube, wait=False)
-    st = wait_for(
-        lambda: (
-            (s := status(cluster, namespace, "llama")).get("targetReplicas") == 2
-            and s.get("phase") == "Running"
-            and s
-        ),
-        TIMEOUT,
-        "shrunk to 2 and Running",
-    )
+    st = status_when(cluster, namespace, "shrunk to 2 and Running", targetReplicas=2, phase="Running")
     degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "InsufficientCapacity"
     assert len(live_workers(cluster, namespace, "llama")) == 2
     for node in lost:
         chaos.node_ready(node, kube=cluster.kube)
-    st = wait_for(
-        lambda: (
-            (s := status(cluster, namespace, "llama")).get("readyReplicas") == 4
-            and s.get("phase") == "Running"
-            and s
-        ),
-        TIMEOUT,
-        "grown back to 4",
-    )
+    st = status_when(cluster, namespace, "grown back to 4", readyReplicas=4, phase="Running")
     assert next(c for c in st["conditions"] if c["type"] == "Degraded")["status"] == "False"
 
 
@@ -190,9 +181,7 @@ def test_below_min_for_too_long_fails(cluster: Any, namespace: str, operator: An
     )
     for suffix in ("-worker-0", "-worker-1"):
         chaos.node_not_ready(pod_named(pods, suffix)["spec"]["nodeName"], kube=cluster.kube, wait=False)
-    st = wait_for(
-        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Failed" and s, TIMEOUT, "Failed"
-    )
+    st = status_when(cluster, namespace, "Failed", phase="Failed")
     assert st["reason"] == "BelowMinReplicas"
 
 
@@ -208,9 +197,7 @@ def test_max_restarts_exhausted_fails(cluster: Any, namespace: str, operator: An
     chaos.fail_pod(
         namespace, pod_named(again, "-worker-3")["metadata"]["name"], 1, kube=cluster.kube, wait=False
     )
-    st = wait_for(
-        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Failed" and s, TIMEOUT, "Failed"
-    )
+    st = status_when(cluster, namespace, "Failed", phase="Failed")
     assert st["reason"] == "MaxRestartsExceeded"
 
 
@@ -228,11 +215,7 @@ def test_workers_exit_zero_job_succeeds(cluster: Any, namespace: str, operator: 
     pods = start(cluster, namespace, 2, replicas=2, ttlSecondsAfterFinished=1)
     for pod in pods:
         chaos.fail_pod(namespace, pod["metadata"]["name"], 0, kube=cluster.kube, wait=False)
-    st = wait_for(
-        lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Succeeded" and s,
-        TIMEOUT,
-        "Succeeded",
-    )
+    st = status_when(cluster, namespace, "Succeeded", phase="Succeeded")
     assert st["completionTime"]
     wait_for(lambda: not workers(cluster, namespace, "llama"), TIMEOUT, "finished pods deleted after the TTL")
 
