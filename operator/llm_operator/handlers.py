@@ -96,9 +96,10 @@ def node_changed(body: kopf.Body, name: str, type: str, **_: Any) -> None:
     )
     if _node_health.get(name) == summary:
         return
-    _node_health[name] = summary
     if type == "DELETED":
         _node_health.pop(name, None)
+    else:
+        _node_health[name] = summary
     for controller in _controllers.values():
         controller.wake.set()
 

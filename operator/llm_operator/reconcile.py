@@ -53,10 +53,6 @@ class Plan:
             self.requeue_at = when
 
 
-def _ts(value: str | None) -> float | None:
-    return parse_time(value)
-
-
 def _free_indices(pods: Iterable[PodView], maximum: int) -> list[int]:
     taken = {p.index for p in pods}
     return [i for i in range(maximum) if i not in taken]
@@ -91,8 +87,8 @@ def plan(
     reason, message = old.reason, old.message
     restarts = old.restarts
     target = old.targetReplicas
-    last_resize = _ts(old.lastResizeTime)
-    below_min_since = _ts(old.belowMinSince)
+    last_resize = parse_time(old.lastResizeTime)
+    below_min_since = parse_time(old.belowMinSince)
     completion = old.completionTime
 
     # Stuck Terminating on a dead node: force it out whatever else happens.
@@ -203,12 +199,9 @@ def plan(
         finished_delete = [Deletion(p, False, terminal_phase) for p, h in active + lost]
         ttl = spec.ttlSecondsAfterFinished
         if ttl is not None:
-            due = (_ts(completion) or now) + ttl
+            due = (parse_time(completion) or now) + ttl
             if now >= due:
                 finished_delete += [Deletion(p, False, "TTLExpired") for p in succeeded + fatal]
-                finished_delete += [
-                    Deletion(p, False, "TTLExpired") for p, h in verdicts if h.state == "lost"
-                ]
             else:
                 out.wake_at(due)
         known = {d.pod.uid for d in out.delete}
@@ -216,7 +209,8 @@ def plan(
         out.create = []
 
     ready = sum(1 for p, h in active if p.ready and h.state == "healthy")
-    n_active = len(active) - sum(1 for d in out.delete if d.pod in [p for p, _ in active]) + len(out.create)
+    leaving = {d.pod.uid for d in out.delete}
+    n_active = sum(1 for p, _ in active if p.uid not in leaving) + len(out.create)
     phase = decide_phase(
         PhaseInput(
             suspended=spec.suspend,
