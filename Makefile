@@ -35,9 +35,9 @@ test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check operator trainer tests bench
-	$(BIN)/ruff format --check operator trainer tests bench
-	$(BIN)/mypy operator/llm_operator trainer/llm_trainer
+	$(BIN)/ruff check operator trainer testbed tests bench
+	$(BIN)/ruff format --check operator trainer testbed tests bench
+	$(BIN)/mypy operator/llm_operator trainer/llm_trainer testbed/llm_testbed
 
 crds: setup
 	$(BIN)/llmjob crd > crds/elasticllm.dev_llmtrainingjobs.yaml

@@ -32,10 +32,10 @@ import psutil
 import yaml
 from kubernetes_asyncio import client, config, watch
 from llm_operator import labels
-from llm_operator.localcluster import chaos, nodes, tools
-from llm_operator.localcluster.cluster import LocalCluster
-from llm_operator.localcluster.kubectl import Kubectl
-from llm_operator.localcluster.waiting import poll
+from llm_testbed.localcluster import chaos, nodes, tools
+from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster.kubectl import Kubectl
+from llm_testbed.localcluster.waiting import poll
 
 NS = "bench"
 

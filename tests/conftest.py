@@ -21,8 +21,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import support.*` in every import mode
 
-from llm_operator.localcluster import chaos, nodes, paths
-from llm_operator.localcluster.cluster import LocalCluster, cluster_names, pid_alive
+from llm_testbed.localcluster import chaos, nodes, paths
+from llm_testbed.localcluster.cluster import LocalCluster, cluster_names, pid_alive
 from support.wait import wait_for
 
 TEST_GPU_NODES = int(os.environ.get("LLMJOB_TEST_GPU_NODES", "4"))

@@ -47,7 +47,7 @@ def _helm_binary() -> str:
     found = shutil.which("helm")
     if found:
         return found
-    from llm_operator.localcluster.tools import ensure  # the pinned, locally built helm
+    from llm_testbed.localcluster.tools import ensure  # the pinned, locally built helm
 
     return str(ensure(["helm"])["helm"])
 

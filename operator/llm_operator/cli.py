@@ -1,4 +1,4 @@
-"""`llmjob`: the user's command line (render, crd, operator, cluster, tools, demo)."""
+"""`llmjob`: the user's command line (render, crd, operator; cluster, tools, chaos and demo from the test bed)."""
 
 from __future__ import annotations
 
@@ -50,12 +50,6 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from llm_operator.demo import run_demo
-
-    return run_demo(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmjob",
@@ -88,18 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_operator)
 
-    p = sub.add_parser("demo", help="local cluster + operator + job, inject a node failure, print a timeline")
-    p.add_argument("--keep", action="store_true", help="leave the cluster and operator running at the end")
-    p.add_argument("--nodes", type=int, default=4, help="fake p5.48xlarge nodes (default 4)")
-    p.add_argument("--grace", type=int, default=0, help="nodeFailureGraceSeconds of the demo job (default 0)")
-    p.set_defaults(func=_cmd_demo)
-
-    try:
-        from llm_operator.localcluster import cli as cluster_cli
-    except ImportError:  # pragma: no cover - until the local cluster lands
+    try:  # the test bed (local cluster, chaos, demo) is not installed in the operator image
+        from llm_testbed import cli as testbed_cli
+    except ImportError:  # pragma: no cover - operator image
         pass
     else:
-        cluster_cli.register(sub)
+        testbed_cli.register(sub)
     return parser
 
 

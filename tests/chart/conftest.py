@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from chart_helpers import Helm
-from llm_operator.localcluster.tools import ensure
+from llm_testbed.localcluster.tools import ensure
 
 
 @pytest.fixture(scope="session")

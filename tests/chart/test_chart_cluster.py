@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import CHART, MONITORING_APIS, RELEASE, ROOT, VALUE_SET_NAMES, Helm, value_sets
-from llm_operator.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster.cluster import LocalCluster
 from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import ROOT, kubectl
-from llm_operator.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import Helm
-from llm_operator.localcluster import chaos
+from llm_testbed.localcluster import chaos
 from support.wait import wait_for
 
 from tests.integration.kube_helpers import apply, get_json, job_manifest, running_workers, status, workers

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from llm_operator.localcluster import chaos
+from llm_testbed.localcluster import chaos
 
 from tests.support.wait import wait_for
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_operator.localcluster import chaos, marks
-from llm_operator.localcluster.chaos import condition
-from llm_operator.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster import chaos, marks
+from llm_testbed.localcluster.chaos import condition
+from llm_testbed.localcluster.cluster import LocalCluster
 from support.kube import create, get_pod, pod_manifest, pod_running_ready
 from support.wait import wait_for
 
@@ -280,7 +280,7 @@ def test_up_on_running_cluster_reports_and_keeps_it(cluster: LocalCluster) -> No
 
 
 def _llmjob(*args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "llm_operator.localcluster", *args]
+    argv = [sys.executable, "-m", "llm_testbed.localcluster", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
 
 

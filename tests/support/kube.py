@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llm_operator.localcluster import marks
-from llm_operator.localcluster.chaos import condition
-from llm_operator.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster import marks
+from llm_testbed.localcluster.chaos import condition
+from llm_testbed.localcluster.cluster import LocalCluster
 
 GPU_TOLERATION = {"key": marks.GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
-from llm_operator.localcluster.waiting import WaitTimeout, poll
+from llm_testbed.localcluster.waiting import WaitTimeout, poll
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator.localcluster import kwokconfig, marks, tools
+from llm_testbed.localcluster import kwokconfig, marks, tools
 
 STAGES = kwokconfig.stages()
 _CONDITION = re.compile(r'^\.status\.conditions\.\[\] \| select\( \.type == "(\w+)" \) \| \.status$')

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from llm_operator.localcluster import chaos, cli, kind, paths, tools
-from llm_operator.localcluster.kubectl import Kubectl
+from llm_testbed.localcluster import chaos, cli, kind, paths, tools
+from llm_testbed.localcluster.kubectl import Kubectl
 
 
 @pytest.fixture(autouse=True)

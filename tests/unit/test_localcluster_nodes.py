@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from llm_operator.localcluster import marks, nodes
+from llm_testbed.localcluster import marks, nodes
 
 
 def test_gpu_node_is_p5_shaped() -> None:

@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 
 import yaml
-from llm_operator.localcluster import ports
+from llm_testbed.localcluster import ports
 
 
 def test_pick_gives_distinct_free_ports_and_keeps_fixed_ones() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm_operator.localcluster import nodes
-from llm_operator.localcluster.kwokctl import readable
-from llm_operator.localcluster.status import ClusterStatus, summarize_node
+from llm_testbed.localcluster import nodes
+from llm_testbed.localcluster.kwokctl import readable
+from llm_testbed.localcluster.status import ClusterStatus, summarize_node
 
 
 def _ready(node: dict, ready: bool) -> dict:  # type: ignore[type-arg]

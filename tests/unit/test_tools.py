@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from llm_operator.localcluster import tools
+from llm_testbed.localcluster import tools
 
 
 def _fake_binary(path: Path) -> Path:

@@ -1,6 +1,6 @@
 """Start and stop a real single-member etcd on free loopback ports in a scratch folder.
 
-The binary comes from the project's pinned tool builder (``llm_operator.localcluster.tools.ensure``), so a
+The binary comes from the project's pinned tool builder (``llm_testbed.localcluster.tools.ensure``), so a
 fresh machine builds the same etcd version the tests were written against.
 """
 
@@ -30,7 +30,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def etcd_binary() -> Path:
     """The pinned etcd binary, built into the per-machine cache on first use."""
-    from llm_operator.localcluster.tools import ensure
+    from llm_testbed.localcluster.tools import ensure
 
     return ensure(["etcd"])["etcd"]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from llm_operator.localcluster import marks, nodes, paths
-from llm_operator.localcluster.errors import LocalClusterError
-from llm_operator.localcluster.kubectl import Kubectl
-from llm_operator.localcluster.progress import say
+from llm_testbed.localcluster import marks, nodes, paths
+from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.kubectl import Kubectl
+from llm_testbed.localcluster.progress import say
 
 KIND_API = "kind.x-k8s.io/v1alpha4"
 

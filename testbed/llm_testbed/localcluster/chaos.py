@@ -19,10 +19,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from llm_operator.localcluster import marks, nodes
-from llm_operator.localcluster.errors import LocalClusterError
-from llm_operator.localcluster.kubectl import Kubectl, KubectlError
-from llm_operator.localcluster.waiting import poll
+from llm_testbed.localcluster import marks, nodes
+from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.kubectl import Kubectl, KubectlError
+from llm_testbed.localcluster.waiting import poll
 
 TerminationKind = Literal["karpenter", "spot", "cordon"]
 TERMINATION_KINDS: tuple[str, ...] = get_args(TerminationKind)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from llm_operator.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.errors import LocalClusterError
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from llm_operator.localcluster import marks, tools
+from llm_testbed.localcluster import marks, tools
 
 STAGES_RESOURCE = "kwok-stages.yaml"
 CONFIG_API = "config.kwok.x-k8s.io/v1alpha1"
@@ -61,7 +61,7 @@ class KwokctlSettings:
 
 def stages_text() -> str:
     """The Stage documents shipped with the package (they replace kwok's built-in ones)."""
-    return resources.files("llm_operator.localcluster").joinpath("data", STAGES_RESOURCE).read_text()
+    return resources.files("llm_testbed.localcluster").joinpath("data", STAGES_RESOURCE).read_text()
 
 
 def stages() -> list[dict[str, Any]]:

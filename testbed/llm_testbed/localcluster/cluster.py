@@ -20,13 +20,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from llm_operator.localcluster import chaos, kwokconfig, kwokctl, nodes, paths, ports, progress, tools
-from llm_operator.localcluster.errors import LocalClusterError
-from llm_operator.localcluster.filelock import locked
-from llm_operator.localcluster.kubectl import Kubectl
-from llm_operator.localcluster.kwokctl import Kwokctl
-from llm_operator.localcluster.status import ClusterStatus, summarize_node
-from llm_operator.localcluster.waiting import poll
+from llm_testbed.localcluster import chaos, kwokconfig, kwokctl, nodes, paths, ports, progress, tools
+from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.filelock import locked
+from llm_testbed.localcluster.kubectl import Kubectl
+from llm_testbed.localcluster.kwokctl import Kwokctl
+from llm_testbed.localcluster.status import ClusterStatus, summarize_node
+from llm_testbed.localcluster.waiting import poll
 
 DEFAULT_NAME = "llmjob"
 DEFAULT_GPU_NODES = 4

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_operator.localcluster import tools
-from llm_operator.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster import tools
+from llm_testbed.localcluster.errors import LocalClusterError
 
 DEFAULT_TIMEOUT_S = 60.0
 

@@ -1,7 +1,7 @@
 """``llmjob cluster ...``, ``llmjob tools ...`` and ``llmjob chaos ...``.
 
 :func:`register` adds the three commands to ``llmjob``'s subparsers; :func:`main` runs them on their own
-(``python -m llm_operator.localcluster``). Every handler returns an exit code and reports a failure as
+(``python -m llm_testbed.localcluster``). Every handler returns an exit code and reports a failure as
 one line on stderr, never a traceback (``LLMJOB_DEBUG=1`` shows it).
 """
 
@@ -15,16 +15,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from llm_operator.localcluster import chaos, kind, nodes, paths, tools
-from llm_operator.localcluster.cluster import (
+from llm_testbed.localcluster import chaos, kind, nodes, paths, tools
+from llm_testbed.localcluster.cluster import (
     DEFAULT_CPU_NODES,
     DEFAULT_GPU_NODES,
     DEFAULT_NAME,
     LocalCluster,
     cluster_names,
 )
-from llm_operator.localcluster.errors import LocalClusterError
-from llm_operator.localcluster.kubectl import Kubectl
+from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.kubectl import Kubectl
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_operator.localcluster import marks
+from llm_testbed.localcluster import marks
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llm_operator.localcluster import marks
+from llm_testbed.localcluster import marks
 
 NodeKind = Literal["gpu", "cpu"]
 REGION = "us-west-2"

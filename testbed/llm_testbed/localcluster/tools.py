@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm_operator.localcluster.errors import LocalClusterError
-from llm_operator.localcluster.filelock import locked
-from llm_operator.localcluster.paths import cache_root, repo_root
-from llm_operator.localcluster.progress import say
+from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.filelock import locked
+from llm_testbed.localcluster.paths import cache_root, repo_root
+from llm_testbed.localcluster.progress import say
 
 KUBE_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -288,10 +288,10 @@ def describe(tools: Iterable[str] = ALL_TOOLS) -> list[ToolInfo]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llm_operator.localcluster.tools [build|list] [TOOL...]``: standard library only.
+    """``python -m llm_testbed.localcluster.tools [build|list] [TOOL...]``: standard library only.
 
     Lets CI start the (long) cold build before the virtualenv exists:
-    ``PYTHONPATH=operator python3 -m llm_operator.localcluster.tools build &``.
+    ``PYTHONPATH=operator python3 -m llm_testbed.localcluster.tools build &``.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     action = args.pop(0) if args else "build"

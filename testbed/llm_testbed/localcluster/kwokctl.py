@@ -8,9 +8,9 @@ import subprocess
 import threading
 from pathlib import Path
 
-from llm_operator.localcluster import paths
-from llm_operator.localcluster.errors import LocalClusterError
-from llm_operator.localcluster.progress import say
+from llm_testbed.localcluster import paths
+from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.progress import say
 
 CREATE_TIMEOUT_S = 180.0  # kwokctl create, including its own wait for the apiserver
 DELETE_TIMEOUT_S = 120.0

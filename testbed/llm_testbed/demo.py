@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 
 from llm_operator import labels
-from llm_operator.localcluster import chaos
-from llm_operator.localcluster.cluster import LocalCluster
-from llm_operator.localcluster.kubectl import Kubectl
-from llm_operator.localcluster.waiting import poll
+from llm_testbed.localcluster import chaos
+from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster.kubectl import Kubectl
+from llm_testbed.localcluster.waiting import poll
 
 CLUSTER = "llmjob-demo"
 JOB = "llama-demo"

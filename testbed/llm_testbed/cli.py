@@ -1,0 +1,26 @@
+"""The test bed's `llmjob` subcommands: cluster, tools, chaos (``localcluster.cli``) and demo."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from llm_testbed.localcluster import cli as cluster_cli
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from llm_testbed.demo import run_demo
+
+    return run_demo(args)
+
+
+def register(subparsers: Any) -> None:
+    """Add the test bed's commands to ``llmjob``'s subparsers (each sets ``func``)."""
+    cluster_cli.register(subparsers)
+    p = subparsers.add_parser(
+        "demo", help="local cluster + operator + job, inject a node failure, print a timeline"
+    )
+    p.add_argument("--keep", action="store_true", help="leave the cluster and operator running at the end")
+    p.add_argument("--nodes", type=int, default=4, help="fake p5.48xlarge nodes (default 4)")
+    p.add_argument("--grace", type=int, default=0, help="nodeFailureGraceSeconds of the demo job (default 0)")
+    p.set_defaults(func=_cmd_demo)
