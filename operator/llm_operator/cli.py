@@ -1,4 +1,4 @@
-"""`llmjob`: the user's command line (render, crd, operator; cluster, tools, chaos and demo from the test bed)."""
+"""`llmjob`: the command line (render, crd, operator; the test bed adds cluster, tools, chaos, demo)."""
 
 from __future__ import annotations
 

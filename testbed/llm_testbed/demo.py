@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from llm_operator import labels
+
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl
