@@ -9,16 +9,28 @@ transaction also reads the key back so a losing writer gets the winner's state w
 The key is attached to this process's lease. Every live agent rewrites the state at least once per
 keep-alive interval, so the key lives while any agent does and vanishes ``lease_ttl`` seconds after the
 last one died.
+
+Stored format: the state base64-encoded, as torch's own ``etcd-v2`` and ``c10d`` backends store it, so a
+value that is not valid base64 is reported as ``RendezvousStateError`` (torch's backend contract) instead
+of being handed to the handler's unpickler. Versions before this format stored the bare pickle; such a
+value (it starts with the pickle protocol byte 0x80, which base64 text never contains) is still read as is
+and is replaced by the base64 form on the next write, so agents can be upgraded while a state written by
+the old format is alive (at most ``lease_ttl`` after the last old agent).
 """
 
 from __future__ import annotations
 
+import binascii
+from base64 import b64decode, b64encode
 from typing import Any
 
-from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
+from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousStateError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
 from llm_trainer.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
+
+PICKLE_PROTOCOL_BYTE = b"\x80"
+"""First byte of a pickle of protocol 2 or later: marks state stored by versions before base64."""
 
 
 def run_prefix(key_prefix: str, run_id: str) -> str:
@@ -49,7 +61,7 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
             raise RendezvousConnectionError(str(exc)) from exc
         if kv is None:
             return None
-        return kv.value, kv.mod_revision
+        return self._decode(kv.value), kv.mod_revision
 
     def set_state(self, state: bytes, token: Token | None = None) -> tuple[bytes, Token, bool] | None:
         """See base class."""
@@ -59,13 +71,25 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
             current = self.get_state()
             return None if current is None else (current[0], current[1], False)
         try:
-            ok, kv = self._client.swap(self.key, state, expected, lease=self._lease.lease_id)
+            ok, kv = self._client.swap(self.key, b64encode(state), expected, lease=self._lease.lease_id)
         except EtcdError as exc:
             raise RendezvousConnectionError(str(exc)) from exc
         if kv is None:
             # Our token named a state that no longer exists (expired): the caller starts from scratch.
             return None
-        return kv.value, kv.mod_revision, ok
+        return (state if ok else self._decode(kv.value)), kv.mod_revision, ok
+
+    def _decode(self, stored: bytes) -> bytes:
+        """The state from its stored form; ``RendezvousStateError`` when it is neither base64 nor legacy."""
+        if stored.startswith(PICKLE_PROTOCOL_BYTE):
+            return stored  # written by a version that stored the bare pickle
+        try:
+            return b64decode(stored, validate=True)
+        except binascii.Error as exc:
+            raise RendezvousStateError(
+                f"etcd-v3 rendezvous: the state at {self.key} is corrupt (not base64: {exc}); "
+                "delete the key or wait for its lease to expire"
+            ) from exc
 
 
 def _as_revision(token: Any) -> int | None:

@@ -8,9 +8,13 @@ open etcd watches from the revision of that read, so they wake as soon as a key 
 bounds each wait because a broken watch stream is not always reported (see ``etcd_client``).
 
 The method names ``deleteKey`` and ``getNumKeys`` are what torch's C++ trampoline looks up when the store
-is wrapped in a ``PrefixStore`` (as the rendezvous handler does); they alias the Python names. ``append``
-works when called on this object, but torch's trampoline cannot reach a Python ``append``, so the store
-does not claim the "extended API" (nothing in torchrun's agent needs it).
+is wrapped in a ``PrefixStore`` (as the rendezvous handler does); they alias the Python names. The store
+claims the "extended API" (``has_extended_api``), so ``PrefixStore`` forwards ``append``, ``multi_get``
+and ``multi_set`` to the native versions here (one etcd transaction or CAS loop each) instead of emulating
+them. ``clone()`` (which C++ users of a store such as process groups call) returns another store object on
+the same client, lease and prefix. Queues (``queue_push``/``queue_pop``) are not provided: torch reports
+them as ``NotImplementedError``. A blocking read that runs out of time raises ``DistStoreError`` whose
+message says "timeout", the word torch's own stores use.
 """
 
 from __future__ import annotations
@@ -65,13 +69,27 @@ class EtcdV3Store(Store):
         self._prefix = prefix
         self._lease = lease
         self._recheck = recheck_seconds
-        self._timeout = timeout
+        # Clones handed to C++ stay alive as long as this store: pybind11 keeps only the C++ half of a
+        # Python subclass alive, and a clone whose Python half was collected answers every call with
+        # "Not implemented" (measured: tests/trainer/test_rendezvous_contract.py fails without this list).
+        self._clones: list[EtcdV3Store] = []
         super().set_timeout(timeout)
 
-    def set_timeout(self, timeout: timedelta) -> None:
-        """The default wait for ``get``/``wait``/``multi_get``."""
-        self._timeout = timeout
-        super().set_timeout(timeout)
+    def clone(self) -> EtcdV3Store:
+        """Another store on the same etcd prefix (same client and lease), with its own timeout setting."""
+        twin = EtcdV3Store(self._client, self._prefix, self._lease, self._default_timeout(), self._recheck)
+        self._clones.append(twin)
+        return twin
+
+    def _default_timeout(self) -> timedelta:
+        """The C++ base's timeout: ``set_timeout`` on a ``PrefixStore`` around this store lands there, not
+        in any Python attribute (torch's type stubs do not declare the property)."""
+        value: timedelta = getattr(self, "timeout")  # noqa: B009
+        return value
+
+    def has_extended_api(self) -> bool:
+        """``append``, ``multi_get`` and ``multi_set`` are native here (``PrefixStore`` forwards them)."""
+        return True
 
     @property
     def prefix(self) -> str:
@@ -180,7 +198,7 @@ class EtcdV3Store(Store):
     # -- waiting ------------------------------------------------------------------------------------------
 
     def _await(self, keys: list[str], timeout: timedelta | None) -> dict[str, bytes]:
-        limit = (timeout if timeout is not None else self._timeout).total_seconds()
+        limit = (timeout if timeout is not None else self._default_timeout()).total_seconds()
         deadline = time.monotonic() + limit
         found: dict[str, bytes] = {}
         pending = list(dict.fromkeys(keys))
@@ -200,14 +218,16 @@ class EtcdV3Store(Store):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise DistStoreError(
-                        f"etcd store: timed out after {limit:g}s waiting for keys {pending} "
-                        f"under {self._prefix}"
+                        f"etcd store: wait timeout after {limit:g}s, keys not set: {pending} "
+                        f"(under {self._prefix})"
                     )
                 changed.wait(min(remaining, self._recheck))
             except EtcdError as exc:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise DistStoreError(f"etcd store: {exc}") from exc
+                    raise DistStoreError(
+                        f"etcd store: wait timeout after {limit:g}s, etcd failing: {exc}"
+                    ) from exc
                 log.warning("etcd store: %s; retrying", exc)
                 time.sleep(min(remaining, 0.5))
             finally:
