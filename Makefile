@@ -18,11 +18,11 @@ help:
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml images/trainer/constraints.txt
 	@echo ">> creating $(VENV) and installing .[$(EXTRAS)] (first run downloads torch: several GB)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/pip install --progress-bar off -e '.[$(EXTRAS)]'
+	$(BIN)/pip install --progress-bar off -c images/trainer/constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
 tools: setup
