@@ -22,7 +22,9 @@ def test_ip_pool_round_robin_reuses_late_and_honours_wanted() -> None:
     assert pool.take("10.0.0.1").startswith("127.1.")
 
 
-def _entry(name: str, ip: str, *, ready: bool = True, sub: str = "job-workers", app: str = "w") -> network.PodEntry:
+def _entry(
+    name: str, ip: str, *, ready: bool = True, sub: str = "job-workers", app: str = "w"
+) -> network.PodEntry:
     return network.PodEntry("ns", name, ip, name, sub, {"app": app}, ready)
 
 
@@ -37,17 +39,29 @@ def test_hosts_file_names_the_pod_its_peers_and_services() -> None:
     me, peer = _entry("job-worker-0", "127.1.0.1"), _entry("job-worker-1", "127.1.0.2")
     rdzv = _entry("job-rdzv-abc", "127.1.0.3", sub="", app="rdzv")
     unready = _entry("job-rdzv-old", "127.1.0.4", sub="", app="rdzv", ready=False)
-    text = network.hosts_text(me, [me, peer, rdzv, unready],
-                              [_svc("job-rdzv", "rdzv"), _svc("job-workers", "w", headless=True),
-                               _svc("other", "rdzv", ns="elsewhere")])  # fmt: skip
+    text = network.hosts_text(
+        me,
+        [me, peer, rdzv, unready],
+        [
+            _svc("job-rdzv", "rdzv"),
+            _svc("job-workers", "w", headless=True),
+            _svc("other", "rdzv", ns="elsewhere"),
+        ],
+    )
     lines = text.splitlines()
-    assert "127.1.0.1 job-worker-0.job-workers.ns.svc.cluster.local job-worker-0.job-workers.ns.svc " \
-           "job-worker-0 localhost" in lines
+    assert (
+        "127.1.0.1 job-worker-0.job-workers.ns.svc.cluster.local job-worker-0.job-workers.ns.svc "
+        "job-worker-0 localhost" in lines
+    )
     assert "127.1.0.2 job-worker-1.job-workers.ns.svc.cluster.local job-worker-1.job-workers.ns.svc" in lines
     assert "127.1.0.3 job-rdzv.ns.svc.cluster.local job-rdzv.ns.svc job-rdzv.ns job-rdzv" in lines
     assert not any(line.startswith("127.1.0.4") for line in lines)  # not ready: not behind a Service
-    headless = [line for line in lines if "job-workers.ns.svc.cluster.local job-workers.ns.svc" in line
-                and line.split()[1].startswith("job-workers.")]  # fmt: skip
+    headless = [
+        line
+        for line in lines
+        if "job-workers.ns.svc.cluster.local job-workers.ns.svc" in line
+        and line.split()[1].startswith("job-workers.")
+    ]
     assert sorted(line.split()[0] for line in headless) == ["127.1.0.1", "127.1.0.2"]
     assert not any("other." in line for line in lines)  # selects pods of its own namespace only
 
@@ -87,8 +101,14 @@ def test_restart_policy(policy: str, code: int, restart: bool) -> None:
 
 def test_pod_status_reports_terminated_container_with_signal() -> None:
     pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}}
-    doc = status.pod_status(pod, [_c(started_at="t0", finished_at="t1", exit_code=137)],
-                            pod_ip="127.1.0.7", host_ip="10.0.0.1", start_time="t0", at="t1")  # fmt: skip
+    doc = status.pod_status(
+        pod,
+        [_c(started_at="t0", finished_at="t1", exit_code=137)],
+        pod_ip="127.1.0.7",
+        host_ip="10.0.0.1",
+        start_time="t0",
+        at="t1",
+    )
     assert doc["phase"] == "Failed" and doc["podIP"] == "127.1.0.7"
     term = doc["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 137 and term["signal"] == 9 and term["reason"] == "Error"
@@ -98,8 +118,14 @@ def test_pod_status_reports_terminated_container_with_signal() -> None:
 
 def test_pod_status_running_ready() -> None:
     pod = {"spec": {"containers": [{"name": "c"}]}}
-    doc = status.pod_status(pod, [_c(started_at="t0", ready=True, pid=42)], pod_ip="127.1.0.7",
-                            host_ip="", start_time="t0", at="t0")  # fmt: skip
+    doc = status.pod_status(
+        pod,
+        [_c(started_at="t0", ready=True, pid=42)],
+        pod_ip="127.1.0.7",
+        host_ip="",
+        start_time="t0",
+        at="t0",
+    )
     assert doc["phase"] == "Running"
     assert doc["containerStatuses"][0]["state"] == {"running": {"startedAt": "t0"}}
     assert {c["type"]: c["status"] for c in doc["conditions"]}["Ready"] == "True"

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm_testbed.podrunner")
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--state-dir", type=Path, required=True)
-    parser.add_argument("--cluster", required=True, help="cluster name (names the cgroups and /dev/shm folder)")
+    parser.add_argument(
+        "--cluster", required=True, help="cluster name (names the cgroups and /dev/shm folder)"
+    )
     parser.add_argument("--program", type=_program, action="append", default=[],
                         help="image command -> local binary, e.g. etcd=/path/to/etcd")  # fmt: skip
     args = parser.parse_args(argv)

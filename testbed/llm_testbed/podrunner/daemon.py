@@ -50,7 +50,9 @@ def start(cluster: str, kubeconfig: Path, state_dir: Path, programs: Mapping[str
     for name, path in programs.items():
         argv += ["--program", f"{name}={path}"]
     with (state_dir / "runner.log").open("ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
     (state_dir / "runner.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not (state_dir / "ready").is_file():

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SHM_ROOT = Path("/dev/shm/llmjob-podrunner")  # noqa: S108 - medium Memory emptyDirs live in RAM
+SHM_ROOT = Path("/dev/shm/llmjob-podrunner")
 
-SITECUSTOMIZE = '''"""Written by the llmjob local pod runner: a wildcard bind in this pod binds its own pod IP."""
+SITECUSTOMIZE = '''"""Written by the llmjob local pod runner: a wildcard bind in a pod binds its pod IP."""
 import os
 import socket
 

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 
 
@@ -41,7 +42,7 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float | tuple[float, float] | None = 30.0,
+        timeout: float | aiohttp.ClientTimeout = 30.0,
     ) -> Any:
         resp = await self.api.call_api(
             path,
@@ -76,7 +77,8 @@ class Kube:
         """Watch events (``{"type", "object"}``) from ``resource_version`` until the server ends it."""
         query = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                  "timeoutSeconds": "600"}  # fmt: skip
-        resp = await self._request("GET", path, query=query, timeout=(10.0, 700.0))
+        timeout = aiohttp.ClientTimeout(connect=10.0, sock_connect=10.0, sock_read=700.0)
+        resp = await self._request("GET", path, query=query, timeout=timeout)
         try:
             if resp.status != 200:
                 raise ApiError(resp.status, await resp.text())

@@ -44,7 +44,9 @@ def _check(result: int, what: str) -> None:
 
 def _mount(source: str | None, target: str, flags: int) -> None:
     src = source.encode() if source is not None else None
-    _check(_libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {source} on {target}")
+    _check(
+        _libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {source} on {target}"
+    )
 
 
 def enter_namespaces() -> None:
@@ -95,7 +97,7 @@ def run(plan: dict[str, Any]) -> None:
         os.chdir(plan["cwd"])
     argv: list[str] = plan["argv"]
     env: dict[str, str] = plan["env"]
-    os.execvpe(argv[0], argv, env)
+    os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, as the pod spec gives it
 
 
 def main(argv: list[str] | None = None) -> int:

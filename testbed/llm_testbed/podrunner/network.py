@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-POD_NETWORK = ipaddress.ip_network("127.1.0.0/16")
+POD_NETWORK = ipaddress.IPv4Network("127.1.0.0/16")
 CLUSTER_DOMAIN = "cluster.local"
 
 

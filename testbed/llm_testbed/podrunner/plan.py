@@ -51,7 +51,9 @@ class ContainerPlan:
             "cwd": self.cwd,
             "hostname": self.hostname,
             "hosts_file": self.hosts_file,
-            "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only} for m in self.mounts],
+            "mounts": [
+                {"source": m.source, "target": m.target, "read_only": m.read_only} for m in self.mounts
+            ],
             "cgroup": self.cgroup,
         }
 
@@ -88,7 +90,9 @@ def container_env(
 ) -> dict[str, str]:
     """``base`` overlaid with the container's ``env``, each value expanded over the ones before it."""
     if container.get("envFrom"):
-        raise PlanError(f"container {container.get('name')}: envFrom is not supported by the local pod runner")
+        raise PlanError(
+            f"container {container.get('name')}: envFrom is not supported by the local pod runner"
+        )
     env = dict(base)
     for item in container.get("env", []) or []:
         name = item["name"]
@@ -134,9 +138,7 @@ def hostname(pod: Mapping[str, Any]) -> str:
     return str(spec.get("hostname") or pod["metadata"]["name"])[:63]
 
 
-def mounts_for(
-    container: Mapping[str, Any], volume_dirs: Mapping[str, str | None]
-) -> list[Mount]:
+def mounts_for(container: Mapping[str, Any], volume_dirs: Mapping[str, str | None]) -> list[Mount]:
     """The container's ``volumeMounts`` as bind mounts (volumes mapped to ``None`` are left out)."""
     mounts = []
     for vm in container.get("volumeMounts", []) or []:

@@ -122,7 +122,8 @@ class Runner:
         for s in services:
             self.services[_key(s)] = s
         pods, pod_rv = await self.kube.list("/api/v1/pods")
-        say(f"acting for the pods of {len(self.nodes)} node(s); cgroups: {self.cgroups or 'off (process groups)'}")
+        kill = self.cgroups or "off (process groups)"
+        say(f"acting for the pods of {len(self.nodes)} node(s); cgroups: {kill}")
         for p in pods:
             self.on_pod("ADDED", p)
         ready()
@@ -132,9 +133,7 @@ class Runner:
             self._watch("/api/v1/pods", pod_rv, self.on_pod),
         )
 
-    async def _watch(
-        self, path: str, rv: str, handle: Callable[[str, dict[str, Any]], None]
-    ) -> None:
+    async def _watch(self, path: str, rv: str, handle: Callable[[str, dict[str, Any]], None]) -> None:
         while True:
             try:
                 async for event in self.kube.watch(path, rv):
@@ -152,7 +151,7 @@ class Runner:
                     handle("MODIFIED", item)
                 # objects deleted while we were not watching
                 self._forget_missing(path, {i["metadata"]["uid"] for i in items})
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 say(f"watch {path}: {exc!r}; retrying")
                 await asyncio.sleep(1.0)
 
@@ -162,11 +161,11 @@ class Runner:
                 if uid not in uids:
                     self.on_pod("DELETED", pod)
         elif path.endswith("/nodes"):
-            for name, node in list(self.nodes.items()):
+            for node in list(self.nodes.values()):
                 if node["metadata"]["uid"] not in uids:
                     self.on_node("DELETED", node)
         else:
-            for key, svc in list(self.services.items()):
+            for svc in list(self.services.values()):
                 if svc["metadata"]["uid"] not in uids:
                     self.on_service("DELETED", svc)
 
@@ -176,7 +175,7 @@ class Runner:
                 await coro
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - one pod's trouble must not stop the runner
+            except Exception as exc:
                 say(f"{what}: {exc!r}")
 
         task = asyncio.ensure_future(guarded())
@@ -288,9 +287,9 @@ class Runner:
 
     async def _start(self, pod: dict[str, Any], node: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
+        uid, ns = meta["uid"], meta["namespace"]
         try:
-            claim_volumes = {}
+            claim_volumes: dict[str, str | None] = {}
             for claim in volumes.claims(pod):
                 pvc = await self.kube.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
                 bound = pvc is not None and pvc.get("status", {}).get("phase") == "Bound"
@@ -317,11 +316,13 @@ class Runner:
             ]
             old_ip = pod.get("status", {}).get("podIP")
             ip = self.pool.take(old_ip if old_ip and old_ip.startswith("127.") else None)
-            run = PodRun(pod=pod, ip=ip, host_ip=node_ip(node), start_time=status.now(), containers=containers)
+            run = PodRun(
+                pod=pod, ip=ip, host_ip=node_ip(node), start_time=status.now(), containers=containers
+            )
             self.runs[uid] = run
         finally:
             self.starting.discard(uid)
-        pod_dir = volumes.pod_dir(self.state_dir, uid)
+        pod_dir = self._pod_dir(uid)
         try:
             plan.check_pod(pod)
             pod_dir.mkdir(parents=True, exist_ok=True)
@@ -346,13 +347,16 @@ class Runner:
         for c in containers:
             run.tasks[c.name] = asyncio.ensure_future(self._supervise(run, c))
 
+    def _pod_dir(self, uid: str) -> Path:
+        return Path(volumes.pod_dir(self.state_dir, uid))
+
     def _base_env(self, ip: str) -> dict[str, str]:
         return {**self.base_env, "LLMJOB_PODRUNNER_POD_IP": ip}
 
     async def _supervise(self, run: PodRun, c: status.ContainerState, restart: bool = False) -> None:
         """Run one container until it is done for good (restarts per restartPolicy)."""
         spec = next(s for s in run.pod["spec"]["containers"] if s["name"] == c.name)
-        pod_dir = volumes.pod_dir(self.state_dir, run.uid)
+        pod_dir = self._pod_dir(run.uid)
         meta = run.pod["metadata"]
         log = files.log_path(self.state_dir, meta["namespace"], meta["name"], c.name)
         while True:
@@ -462,7 +466,7 @@ class Runner:
 
     def _cleanup(self, run: PodRun) -> None:
         self.pool.release(run.ip)
-        shutil.rmtree(volumes.pod_dir(self.state_dir, run.uid), ignore_errors=True)
+        shutil.rmtree(self._pod_dir(run.uid), ignore_errors=True)
         shutil.rmtree(self.shm_dir / run.uid, ignore_errors=True)
         if self.cgroups is not None:
             for c in run.containers:
@@ -477,7 +481,7 @@ class Runner:
         }
         services = list(self.services.values())
         for run in live:
-            hosts = volumes.pod_dir(self.state_dir, run.uid) / "hosts"
+            hosts = self._pod_dir(run.uid) / "hosts"
             if hosts.parent.is_dir():
                 files.write_in_place(hosts, network.hosts_text(entries[run.uid], entries.values(), services))
 
@@ -511,7 +515,7 @@ async def _probe_once(ip: str, probe: Mapping[str, Any]) -> bool:
         writer.close()
         parts = line.split()
         return len(parts) >= 2 and parts[1][:1] in (b"2", b"3")
-    except (OSError, asyncio.TimeoutError, ValueError, KeyError):
+    except (TimeoutError, OSError, ValueError, KeyError):
         return False
 
 
@@ -529,9 +533,7 @@ def base_env() -> dict[str, str]:
     return env
 
 
-async def serve(
-    kubeconfig: Path, state_dir: Path, cluster: str, programs: Mapping[str, str]
-) -> None:
+async def serve(kubeconfig: Path, state_dir: Path, cluster: str, programs: Mapping[str, str]) -> None:
     kube = await Kube.connect(kubeconfig)
     env = base_env()
     site = str(state_dir / "site")

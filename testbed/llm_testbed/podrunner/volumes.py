@@ -17,7 +17,7 @@ from typing import Any
 from llm_testbed.podrunner.plan import PlanError
 
 
-class VolumeNotReady(PlanError):  # noqa: N818 - a state, not a bug: the pod waits
+class VolumeNotReady(PlanError):
     """A claim is not bound yet: the pod waits (ContainerCreating), like on a real node."""
 
 
