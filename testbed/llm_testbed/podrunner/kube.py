@@ -96,11 +96,12 @@ class Kube:
                 return None
             raise
 
-    async def patch_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    async def patch_pod_status(self, namespace: str, name: str, uid: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch a pod's status; the uid makes it fail (409/422) on a new pod of the same name."""
         await self.json(
             "PATCH",
             f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-            body={"status": dict(status)},
+            body={"metadata": {"uid": uid}, "status": dict(status)},
             content_type="application/merge-patch+json",
         )
 

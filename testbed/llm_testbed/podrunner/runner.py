@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,9 +220,7 @@ class Runner:
                 self.spawn(self._recover(run), f"{run.key}: after node {name} came back")
 
     async def _recover(self, run: PodRun) -> None:
-        for task in run.tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await _finish(run.tasks.values())
         run.lost = False
         if run.pod["metadata"].get("deletionTimestamp"):
             await self._finish_delete(run)
@@ -431,9 +429,7 @@ class Runner:
             p.kill_tree()
         if waits:
             await asyncio.wait(waits)
-        for task in run.tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await _finish(run.tasks.values())
         await self._finish_delete(run)
 
     async def _finish_delete(self, run: PodRun) -> None:
@@ -459,9 +455,9 @@ class Runner:
                 start_time=run.start_time, at=status.now(),
             )  # fmt: skip
             try:
-                await self.kube.patch_pod_status(meta["namespace"], meta["name"], doc)
+                await self.kube.patch_pod_status(meta["namespace"], meta["name"], run.uid, doc)
             except ApiError as exc:
-                if exc.status != 404:
+                if exc.status not in (404, 409, 422):  # gone, or a new pod took the name
                     raise
 
     def _cleanup(self, run: PodRun) -> None:
@@ -497,6 +493,16 @@ class Runner:
                     process.kill_cgroup(child)
             with contextlib.suppress(OSError):
                 self.cgroups.rmdir()
+
+
+async def _finish(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Stop container tasks whose processes are dead (one may sit in a restart back-off)."""
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    for task in pending:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _probe_once(ip: str, probe: Mapping[str, Any]) -> bool:
