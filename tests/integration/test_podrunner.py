@@ -434,3 +434,51 @@ def test_etcd_pod_runs_the_pinned_etcd(process_cluster: LocalCluster, process_na
     pod = wait_for(lambda: _terminated(c, ns, "probe"), timeout=60, what="probe to finish")
     assert pod["status"]["phase"] == "Succeeded", _log(c, ns, "probe")
     assert '"health":"true"' in _log(c, ns, "probe").replace(" ", "")
+
+
+def test_two_pod_torchrun_via_c10d_store_pod(process_cluster: LocalCluster, process_namespace: str) -> None:
+    """torchrun in two pods, rendezvous through the c10d store pod by Service name, gloo all_reduce."""
+    c, ns = process_cluster, process_namespace
+    store = _pod("rdzv-store", "", labels={"app": "rdzv"}, restartPolicy="Always")
+    store["spec"]["containers"][0].update(
+        command=["python", "-m", "llm_trainer.rendezvous.tcpstore_server", "--port", "29400"],
+        readinessProbe={"tcpSocket": {"port": 29400}, "periodSeconds": 1},
+    )
+    rdzv = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "rdzv"},
+            "spec": {"selector": {"app": "rdzv"}, "ports": [{"port": 29400}]}}  # fmt: skip
+    workers_svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "workers"},
+                   "spec": {"clusterIP": "None", "selector": {"app": "worker"}}}  # fmt: skip
+    script = """
+        import os, torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        t = torch.tensor([float(dist.get_rank() + 1)])
+        dist.all_reduce(t)
+        print("rank", dist.get_rank(), "of", dist.get_world_size(), "sum", t.item(), flush=True)
+        dist.destroy_process_group()
+    """
+    env = [
+        {"name": "PET_NNODES", "value": "2:2"},
+        {"name": "PET_NPROC_PER_NODE", "value": "1"},
+        {"name": "PET_RDZV_BACKEND", "value": "c10d"},
+        {"name": "PET_RDZV_ENDPOINT", "value": f"rdzv.{ns}.svc:29400"},
+        {"name": "PET_RDZV_ID", "value": ns},
+        {"name": "PET_MAX_RESTARTS", "value": "0"},
+        {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
+        {"name": "OMP_NUM_THREADS", "value": "1"},
+    ]
+    workers = []
+    for i in range(2):
+        w = _pod(f"worker-{i}", "", env=env, labels={"app": "worker"}, hostname=f"worker-{i}",
+                 subdomain="workers", node=f"gpu-node-{i}")  # fmt: skip
+        w["spec"]["containers"][0].update(
+            command=["torchrun", "--no-python"], args=["python", "-u", "-c", textwrap.dedent(script)]
+        )
+        workers.append(w)
+    _create(c, ns, rdzv, workers_svc, store)
+    wait_for(lambda: _ready(c, ns, "rdzv-store"), timeout=90, what="c10d store pod ready")
+    _create(c, ns, *workers)
+    for i in range(2):
+        pod = wait_for(lambda i=i: _terminated(c, ns, f"worker-{i}"), timeout=180, what=f"worker-{i} done")
+        log = _log(c, ns, f"worker-{i}")
+        assert pod["status"]["phase"] == "Succeeded", log[-3000:]
+        assert "of 2 sum 3.0" in log, log[-3000:]  # ranks follow join order, not pod names
