@@ -344,6 +344,9 @@ class Runner:
         say(f"{run.key}: starting on node {run.node} with IP {ip}")
         for c in containers:
             run.tasks[c.name] = asyncio.ensure_future(self._supervise(run, c))
+        # Events of this pod that came while it was starting (deleted, deletion requested) count now.
+        latest = self.bound.get(uid)
+        self.on_pod("DELETED" if latest is None else "MODIFIED", latest or pod)
 
     def _pod_dir(self, uid: str) -> Path:
         return Path(volumes.pod_dir(self.state_dir, uid))
@@ -369,8 +372,12 @@ class Runner:
                     return
             cg = self.cgroups / f"{run.uid}-{c.name}" if self.cgroups else None
             proc = process.ContainerProcess(pod_dir / f"{c.name}.json", log, cg)
+            if run.deleting or run.lost or run.uid not in self.runs:
+                return
             run.procs[c.name] = proc
             pid = await proc.start()
+            if run.deleting or run.lost or run.uid not in self.runs:
+                proc.kill_tree()  # deleted or lost while it was being started
             c.pid, c.started_at, c.exit_code, c.finished_at = pid, status.now(), None, None
             c.waiting_reason, c.waiting_message = None, ""
             probe = spec.get("readinessProbe") or {}
