@@ -13,9 +13,11 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 CGROUP_PARENT = "llmjob-podrunner"
+CGROUP_EMPTY_TIMEOUT_S = 2.0
 
 
 def cgroup2_root() -> Path | None:
@@ -53,6 +55,14 @@ def kill_cgroup(path: Path) -> None:
         return
     with contextlib.suppress(OSError):
         (path / "cgroup.kill").write_text("1")
+    deadline = time.monotonic() + CGROUP_EMPTY_TIMEOUT_S
+    while time.monotonic() < deadline:  # the kernel reaps the killed tasks within milliseconds
+        try:
+            if "populated 0" in (path / "cgroup.events").read_text():
+                break
+        except OSError:
+            break
+        time.sleep(0.01)
     with contextlib.suppress(OSError):
         path.rmdir()
 
