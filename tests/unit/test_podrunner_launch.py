@@ -84,9 +84,11 @@ def test_kill_tree_also_kills_a_child_in_its_own_session(tmp_path: Path) -> None
         "c = subprocess.Popen(['sleep', '600'], start_new_session=True);"
         f"pathlib.Path({str(child_file)!r}).write_text(str(c.pid)); time.sleep(600)"
     )
-    plan = ContainerPlan("c", ["python", "-c", script], {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
-                         None, "k-0", str(tmp_path / "hosts"),
-                         cgroup=str(base / "k-0") if base else None)  # fmt: skip
+    path = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    cgroup = str(base / "k-0") if base else None
+    plan = ContainerPlan(
+        "c", ["python", "-c", script], path, None, "k-0", str(tmp_path / "hosts"), cgroup=cgroup
+    )
     (tmp_path / "hosts").write_text("127.1.9.7 k-0\n")
     (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
 
