@@ -482,3 +482,13 @@ def test_two_pod_torchrun_via_c10d_store_pod(process_cluster: LocalCluster, proc
         log = _log(c, ns, f"worker-{i}")
         assert pod["status"]["phase"] == "Succeeded", log[-3000:]
         assert "of 2 sum 3.0" in log, log[-3000:]  # ranks follow join order, not pod names
+
+
+def test_chaos_fail_pod_kills_and_reports_the_code(
+    process_cluster: LocalCluster, process_namespace: str
+) -> None:
+    c, ns = process_cluster, process_namespace
+    _create(c, ns, _pod("failing", "import time; time.sleep(3600)"))
+    pid = wait_for(lambda: _running_pid(c, ns, "failing"), timeout=60, what="pod failing running")
+    chaos.fail_pod(ns, "failing", 42, kube=c.kube)  # waits for Failed with exit code 42
+    assert not _alive(pid)

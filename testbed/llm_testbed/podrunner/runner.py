@@ -56,6 +56,7 @@ class PodRun:
     deleting: bool = False
     lost: bool = False
     finished: bool = False
+    injected_exit: int | None = None  # set by the fake-exit-code annotation (chaos fail-pod)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -271,6 +272,8 @@ class Runner:
             if meta.get("deletionTimestamp") and not run.deleting and not run.lost:
                 run.deleting = True
                 self.spawn(self._delete(run), f"{run.key}: deleting")
+            elif not run.deleting and not run.lost:
+                self._inject_exit(run)
             return
         if node is None or node_lost(node) or uid in self.starting:
             return
@@ -351,6 +354,20 @@ class Runner:
     def _pod_dir(self, uid: str) -> Path:
         return Path(volumes.pod_dir(self.state_dir, uid))
 
+    def _inject_exit(self, run: PodRun) -> None:
+        """``llmjob chaos fail-pod``: the containers are killed and report the annotated exit code."""
+        text = (run.pod["metadata"].get("annotations") or {}).get(marks.POD_EXIT_CODE_ANNOTATION)
+        if text is None or run.injected_exit is not None:
+            return
+        try:
+            run.injected_exit = int(text)
+        except ValueError:
+            say(f"{run.key}: ignoring {marks.POD_EXIT_CODE_ANNOTATION}={text!r}: not an integer")
+            return
+        say(f"{run.key}: {marks.POD_EXIT_CODE_ANNOTATION}={text}: killing its containers")
+        for proc in run.procs.values():
+            proc.kill_tree()
+
     def _base_env(self, ip: str) -> dict[str, str]:
         return {**self.base_env, "LLMJOB_PODRUNNER_POD_IP": ip}
 
@@ -376,8 +393,8 @@ class Runner:
                 return
             run.procs[c.name] = proc
             pid = await proc.start()
-            if run.deleting or run.lost or run.uid not in self.runs:
-                proc.kill_tree()  # deleted or lost while it was being started
+            if run.deleting or run.lost or run.uid not in self.runs or run.injected_exit is not None:
+                proc.kill_tree()  # deleted, lost or failed on purpose while it was being started
             c.pid, c.started_at, c.exit_code, c.finished_at = pid, status.now(), None, None
             c.waiting_reason, c.waiting_message = None, ""
             probe = spec.get("readinessProbe") or {}
@@ -387,12 +404,14 @@ class Runner:
             if not c.ready:
                 self.spawn(self._probe(run, c, proc, probe), f"{run.key}: readiness probe")
             code = status.exit_code_of(await proc.wait())
+            if run.injected_exit is not None:
+                code = run.injected_exit
             proc.kill_tree()  # whatever the main process left behind
             c.exit_code, c.finished_at, c.ready = code, status.now(), False
             say(f"{run.key}: container {c.name} exited with code {code}")
             if run.deleting or run.lost or run.uid not in self.runs:
                 return
-            if status.should_restart(run.policy, code):
+            if status.should_restart(run.policy, code) and run.injected_exit is None:
                 restart = True
                 continue
             if all(x.exit_code is not None for x in run.containers):
