@@ -436,16 +436,46 @@ def test_etcd_pod_runs_the_pinned_etcd(process_cluster: LocalCluster, process_na
     assert '"health":"true"' in _log(c, ns, "probe").replace(" ", "")
 
 
-def test_two_pod_torchrun_via_c10d_store_pod(process_cluster: LocalCluster, process_namespace: str) -> None:
-    """torchrun in two pods, rendezvous through the c10d store pod by Service name, gloo all_reduce."""
+ETCD_ARGS = [
+    "--name=rdzv",
+    "--data-dir=/var/run/etcd/data",
+    "--listen-client-urls=http://0.0.0.0:2379",
+    "--advertise-client-urls=http://0.0.0.0:2379",
+    "--listen-peer-urls=http://127.0.0.1:2380",
+    "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+    "--initial-cluster=rdzv=http://127.0.0.1:2380",
+]
+
+
+def _rendezvous_pod(backend: str) -> dict[str, Any]:
+    """The rendezvous server pod as the operator builds it (argv, probe, volume)."""
+    pod = _pod("rdzv-server", "", labels={"app": "rdzv"}, restartPolicy="Always")
+    container = pod["spec"]["containers"][0]
+    if backend == "c10d":
+        container.update(
+            command=["python", "-m", "llm_trainer.rendezvous.tcpstore_server", "--port", "29400"],
+            readinessProbe={"tcpSocket": {"port": 29400}, "periodSeconds": 1},
+        )
+    else:
+        container.update(
+            image="quay.io/coreos/etcd:v3.6.16",
+            command=["etcd"],
+            args=ETCD_ARGS,
+            readinessProbe={"httpGet": {"path": "/health", "port": 2379}, "periodSeconds": 1},
+            volumeMounts=[{"name": "data", "mountPath": "/var/run/etcd"}],
+        )
+        pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    return pod
+
+
+@pytest.mark.parametrize(("backend", "port"), [("c10d", 29400), ("etcd-v3", 2379)])
+def test_two_pod_torchrun_through_a_rendezvous_pod(
+    process_cluster: LocalCluster, process_namespace: str, backend: str, port: int
+) -> None:
+    """torchrun in two pods, rendezvous through a server pod by Service name, then a gloo all_reduce."""
     c, ns = process_cluster, process_namespace
-    store = _pod("rdzv-store", "", labels={"app": "rdzv"}, restartPolicy="Always")
-    store["spec"]["containers"][0].update(
-        command=["python", "-m", "llm_trainer.rendezvous.tcpstore_server", "--port", "29400"],
-        readinessProbe={"tcpSocket": {"port": 29400}, "periodSeconds": 1},
-    )
     rdzv = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "rdzv"},
-            "spec": {"selector": {"app": "rdzv"}, "ports": [{"port": 29400}]}}  # fmt: skip
+            "spec": {"selector": {"app": "rdzv"}, "ports": [{"port": port}]}}  # fmt: skip
     workers_svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "workers"},
                    "spec": {"clusterIP": "None", "selector": {"app": "worker"}}}  # fmt: skip
     script = """
@@ -459,8 +489,8 @@ def test_two_pod_torchrun_via_c10d_store_pod(process_cluster: LocalCluster, proc
     env = [
         {"name": "PET_NNODES", "value": "2:2"},
         {"name": "PET_NPROC_PER_NODE", "value": "1"},
-        {"name": "PET_RDZV_BACKEND", "value": "c10d"},
-        {"name": "PET_RDZV_ENDPOINT", "value": f"rdzv.{ns}.svc:29400"},
+        {"name": "PET_RDZV_BACKEND", "value": backend},
+        {"name": "PET_RDZV_ENDPOINT", "value": f"rdzv.{ns}.svc:{port}"},
         {"name": "PET_RDZV_ID", "value": ns},
         {"name": "PET_MAX_RESTARTS", "value": "0"},
         {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
@@ -474,8 +504,8 @@ def test_two_pod_torchrun_via_c10d_store_pod(process_cluster: LocalCluster, proc
             command=["torchrun", "--no-python"], args=["python", "-u", "-c", textwrap.dedent(script)]
         )
         workers.append(w)
-    _create(c, ns, rdzv, workers_svc, store)
-    wait_for(lambda: _ready(c, ns, "rdzv-store"), timeout=90, what="c10d store pod ready")
+    _create(c, ns, rdzv, workers_svc, _rendezvous_pod(backend))
+    wait_for(lambda: _ready(c, ns, "rdzv-server"), timeout=90, what=f"{backend} rendezvous pod ready")
     _create(c, ns, *workers)
     for i in range(2):
         pod = wait_for(lambda i=i: _terminated(c, ns, f"worker-{i}"), timeout=180, what=f"worker-{i} done")
