@@ -522,3 +522,19 @@ def test_chaos_fail_pod_kills_and_reports_the_code(
     pid = wait_for(lambda: _running_pid(c, ns, "failing"), timeout=60, what="pod failing running")
     chaos.fail_pod(ns, "failing", 42, kube=c.kube)  # waits for Failed with exit code 42
     assert not _alive(pid)
+
+
+def test_deletion_on_a_lost_node_waits_for_the_node(
+    process_cluster: LocalCluster, process_namespace: str
+) -> None:
+    """A pod deleted while its node is lost stays Terminating; it goes once the node's kubelet is back."""
+    c, ns = process_cluster, process_namespace
+    _create(c, ns, _pod("stranded", "import time; time.sleep(3600)", node="gpu-node-1"))
+    pid = wait_for(lambda: _running_pid(c, ns, "stranded"), timeout=60, what="pod stranded running")
+    chaos.node_not_ready("gpu-node-1", kube=c.kube)
+    wait_for(lambda: not _alive(pid), timeout=10, what="stranded's process to die with its node")
+    c.kubectl("delete", "pod", "stranded", "-n", ns, "--wait=false")
+    pod = _pod_obj(c, ns, "stranded")
+    assert pod is not None and pod["metadata"].get("deletionTimestamp"), "removed without a kubelet"
+    chaos.node_ready("gpu-node-1", kube=c.kube)  # waits until the pending deletion completed
+    assert _pod_obj(c, ns, "stranded") is None
