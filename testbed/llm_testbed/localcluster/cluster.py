@@ -186,12 +186,12 @@ class LocalCluster:
         """
         started = time.monotonic()
         self.tools  # noqa: B018 - builds first, with its own progress
-        if self.exists() and run_pods != self.runs_pods:
-            mode = "with" if self.runs_pods else "without"
+        if self.exists() and run_pods and not self.runs_pods:
             raise LocalClusterError(
-                f"cluster {self.name} was created {mode} --run-pods: "
+                f"cluster {self.name} was created without --run-pods (its pods are fake): "
                 f"`llmjob cluster down --name {self.name}` first to change that"
             )
+        run_pods = run_pods or (self.exists() and self.runs_pods)  # a cluster keeps its mode
         if self.exists() and self.is_running():
             say(f"cluster {self.name} is already running")
             fresh = False
