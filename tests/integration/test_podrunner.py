@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.podrunner import daemon as podrunner
 from support.wait import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -538,3 +539,24 @@ def test_deletion_on_a_lost_node_waits_for_the_node(
     assert pod is not None and pod["metadata"].get("deletionTimestamp"), "removed without a kubelet"
     chaos.node_ready("gpu-node-1", kube=c.kube)  # waits until the pending deletion completed
     assert _pod_obj(c, ns, "stranded") is None
+
+
+def test_runner_restart_reports_lost_processes(process_cluster: LocalCluster, process_namespace: str) -> None:
+    """Stopping the runner kills every pod process; a new runner reports them and applies restartPolicy."""
+    c, ns = process_cluster, process_namespace
+    _create(c, ns, _pod("once", "import time; time.sleep(3600)"))
+    _create(c, ns, _pod("always", "import time; time.sleep(3600)", restartPolicy="Always"))
+    once = wait_for(lambda: _running_pid(c, ns, "once"), timeout=60, what="pod once running")
+    always = wait_for(lambda: _running_pid(c, ns, "always"), timeout=60, what="pod always running")
+    assert podrunner.stop(c.name, c.podrunner_dir)
+    assert not _alive(once) and not _alive(always)
+    podrunner.start(c.name, c.kubeconfig, c.podrunner_dir, {"etcd": c.tools["etcd"]})
+    pod = wait_for(lambda: _terminated(c, ns, "once"), timeout=30, what="pod once reported after the restart")
+    assert pod["status"]["phase"] == "Failed" and _exit_code(pod) == 137
+
+    def restarted() -> dict[str, Any] | None:
+        obj = _pod_obj(c, ns, "always")
+        st = ((obj or {}).get("status", {}).get("containerStatuses") or [{}])[0]
+        return st if "running" in st.get("state", {}) and st.get("restartCount") == 1 else None
+
+    wait_for(restarted, timeout=30, what="pod always running again with restartCount 1")

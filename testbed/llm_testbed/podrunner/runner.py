@@ -344,9 +344,24 @@ class Runner:
             say(f"{run.key}: cannot run: {exc}")
             await self.write_status(run)
             return
+        before = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses") or []}
+        if any("running" in (st.get("state") or {}) for st in before.values()):
+            # Started by an earlier runner, whose processes died with it: they exited, as far as we know.
+            stamp = status.now()
+            for c in containers:
+                c.started_at = (before.get(c.name, {}).get("state", {}).get("running") or {}).get("startedAt")
+                c.started_at = c.started_at or stamp
+                c.exit_code, c.finished_at = LOST_EXIT_CODE, stamp
+                c.restart_count = int(before.get(c.name, {}).get("restartCount", 0))
+            if not status.should_restart(run.policy, LOST_EXIT_CODE):
+                say(f"{run.key}: its processes were gone when the runner started: reported exit 137")
+                run.finished = True
+                await self.write_status(run)
+                return
+        restart = any(c.exit_code is not None for c in containers)
         say(f"{run.key}: starting on node {run.node} with IP {ip}")
         for c in containers:
-            run.tasks[c.name] = asyncio.ensure_future(self._supervise(run, c))
+            run.tasks[c.name] = asyncio.ensure_future(self._supervise(run, c, restart=restart))
         # Events of this pod that came while it was starting (deleted, deletion requested) count now.
         latest = self.bound.get(uid)
         self.on_pod("DELETED" if latest is None else "MODIFIED", latest or pod)
