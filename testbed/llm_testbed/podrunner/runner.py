@@ -23,10 +23,13 @@ import os
 import shutil
 import signal
 import sys
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from llm_testbed.localcluster import marks
 from llm_testbed.podrunner import files, network, plan, process, status, volumes
@@ -135,26 +138,39 @@ class Runner:
         )
 
     async def _watch(self, path: str, rv: str, handle: Callable[[str, dict[str, Any]], None]) -> None:
+        """Follow ``path`` for ever: re-watch when the server ends a watch, list again when told to."""
+        version: str | None = rv
         while True:
             try:
-                async for event in self.kube.watch(path, rv):
+                if version is None:
+                    items, version = await self.kube.list(path)
+                    for item in items:
+                        self._handle(handle, "MODIFIED", item)
+                    self._forget_missing(path, {i["metadata"]["uid"] for i in items})
+                async for event in self.kube.watch(path, version):
                     kind, obj = event["type"], event["object"]
                     if kind == "ERROR":
                         raise ApiError(int(obj.get("code", 500)), str(obj.get("message")))
-                    rv = obj["metadata"]["resourceVersion"]
+                    version = obj["metadata"]["resourceVersion"]
                     if kind != "BOOKMARK":
-                        handle(kind, obj)
+                        self._handle(handle, kind, obj)
             except ApiError as exc:
-                if exc.status != 410:
+                if exc.status != 410:  # 410 Gone: our resourceVersion is too old, list again
                     say(f"watch {path}: {exc}; listing again")
-                items, rv = await self.kube.list(path)
-                for item in items:
-                    handle("MODIFIED", item)
-                # objects deleted while we were not watching
-                self._forget_missing(path, {i["metadata"]["uid"] for i in items})
-            except (TimeoutError, OSError) as exc:
-                say(f"watch {path}: {exc!r}; retrying")
+                    await asyncio.sleep(1.0)
+                version = None
+            except (TimeoutError, OSError, aiohttp.ClientError, ValueError) as exc:
+                say(f"watch {path}: {exc!r}; retrying in 1 s")
                 await asyncio.sleep(1.0)
+
+    @staticmethod
+    def _handle(handle: Callable[[str, dict[str, Any]], None], kind: str, obj: dict[str, Any]) -> None:
+        """One event; a bug in handling it is logged, and the runner (with every pod) lives on."""
+        try:
+            handle(kind, obj)
+        except Exception:  # keep serving the other pods
+            name = obj.get("metadata", {}).get("name")
+            say(f"{kind} {name}: handling failed:\n{traceback.format_exc()}")
 
     def _forget_missing(self, path: str, uids: set[str]) -> None:
         if path.endswith("/pods"):
