@@ -40,6 +40,7 @@ _session_cluster: LocalCluster | None = None  # set while the session cluster ex
 _session_ready = False  # set once it is up: only then are nodes restored after each test
 _session_logs: Path | None = None
 _session_peak_memory: dict[str, int] = {}
+_process_cluster: LocalCluster | None = None  # set while the run-pods cluster exists
 
 
 @pytest.fixture(scope="session")
@@ -90,12 +91,15 @@ def _restore_cluster_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
 def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local cluster whose pods run as real processes (``LocalCluster.up(..., run_pods=True)``)."""
     _remove_clusters_of_dead_sessions()
+    global _process_cluster
     local = LocalCluster(f"pytest-run-{os.getpid()}")
     logs = tmp_path_factory.mktemp("process-cluster-logs")
+    _process_cluster = local
     try:
         local.up(PROCESS_GPU_NODES, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True)
         yield local
     finally:
+        _process_cluster = None
         local.collect_logs(logs)
         if local.podrunner_dir.is_dir():  # container logs and the runner's own, kept after `down`
             shutil.copytree(local.podrunner_dir / "logs", logs / "pods", dirs_exist_ok=True)
@@ -160,6 +164,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Attach the tails of the control plane's logs to the report of a failed cluster test."""
     outcome = yield
     report = outcome.get_result()
+    if not (report.passed or report.skipped) and "process_cluster" in getattr(item, "fixturenames", ()):
+        if _process_cluster is not None:  # what the pod runner did: starts, exits, deletions, node loss
+            runner_log = _process_cluster.podrunner_dir / "runner.log"
+            report.sections.append(
+                (f"pod runner (last {LOG_TAIL_LINES} lines)", _tail(runner_log, LOG_TAIL_LINES))
+            )
     if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
     if _session_cluster is not None:
