@@ -164,12 +164,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Attach the tails of the control plane's logs to the report of a failed cluster test."""
     outcome = yield
     report = outcome.get_result()
-    if not (report.passed or report.skipped) and "process_cluster" in getattr(item, "fixturenames", ()):
-        if _process_cluster is not None:  # what the pod runner did: starts, exits, deletions, node loss
-            runner_log = _process_cluster.podrunner_dir / "runner.log"
-            report.sections.append(
-                (f"pod runner (last {LOG_TAIL_LINES} lines)", _tail(runner_log, LOG_TAIL_LINES))
-            )
+    failed = not (report.passed or report.skipped)
+    if failed and _process_cluster is not None and "process_cluster" in getattr(item, "fixturenames", ()):
+        runner_log = _process_cluster.podrunner_dir / "runner.log"  # starts, exits, deletions, node loss
+        report.sections.append(
+            (f"pod runner (last {LOG_TAIL_LINES} lines)", _tail(runner_log, LOG_TAIL_LINES))
+        )
     if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
     if _session_cluster is not None:
