@@ -118,3 +118,12 @@ def test_kill_tree_also_kills_a_child_in_its_own_session(tmp_path: Path) -> None
             process.kill_cgroup(base / "k-0")
             base.rmdir()
             assert not base.exists()
+
+
+@needs_namespaces
+def test_namespace_check_passes_where_namespaces_work() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "llm_testbed.podrunner.launch", "--check"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr

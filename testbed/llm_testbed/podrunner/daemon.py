@@ -43,6 +43,7 @@ def start(cluster: str, kubeconfig: Path, state_dir: Path, programs: Mapping[str
         pid = _pid(state_dir)
         assert pid is not None
         return pid
+    check_namespaces()
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "ready").unlink(missing_ok=True)
     argv = [sys.executable, "-m", "llm_testbed.podrunner", "--kubeconfig", str(kubeconfig),
@@ -66,6 +67,20 @@ def start(cluster: str, kubeconfig: Path, state_dir: Path, programs: Mapping[str
                                     f"see {state_dir / 'runner.log'}")  # fmt: skip
         time.sleep(0.1)
     return proc.pid
+
+
+def check_namespaces() -> None:
+    """Fail early, in one line, where the launcher could not give a pod its own mount namespace."""
+    probe = subprocess.run(
+        [sys.executable, "-m", "llm_testbed.podrunner.launch", "--check"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        why = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else f"exit {probe.returncode}"
+        raise LocalClusterError(
+            f"the local pod runner needs private mount namespaces ({why}): run as root, or allow "
+            "unprivileged user namespaces (e.g. sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+        )
 
 
 def stop(cluster: str, state_dir: Path) -> bool:

@@ -102,6 +102,13 @@ def run(plan: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--check"]:  # can this machine give a process its own mount and UTS namespaces?
+        try:
+            enter_namespaces()
+        except (OSError, LaunchError) as exc:
+            print(f"{exc}", file=sys.stderr, flush=True)
+            return 1
+        return 0
     try:
         plan = json.loads(Path(args[0]).read_text())
         run(plan)
