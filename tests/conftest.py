@@ -6,12 +6,17 @@
   tails of every component log are attached to its report; full logs are kept under pytest's temp dir.
 - ``namespace`` (function): a fresh namespace per test, deleted afterwards (pods force-deleted first,
   so pods stuck Terminating on a NotReady node cannot hold it).
+- ``process_cluster`` (session): a second local cluster, ``pytest-run-<pid>``, started with ``run_pods``:
+  its pods run for real as local processes (the local pod runner). Only tests that ask for it start it.
+  ``process_namespace`` (function): a fresh namespace there, with ``KUBECONFIG`` pointing at that
+  cluster for the test's duration; the node set is restored afterwards.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import uuid
 from collections.abc import Generator, Iterator
@@ -27,12 +32,15 @@ from support.wait import wait_for
 
 TEST_GPU_NODES = int(os.environ.get("LLMJOB_TEST_GPU_NODES", "4"))
 TEST_CPU_NODES = int(os.environ.get("LLMJOB_TEST_CPU_NODES", "2"))
+PROCESS_GPU_NODES = int(os.environ.get("LLMJOB_TEST_PROCESS_GPU_NODES", "2"))
+PROCESS_CPU_NODES = int(os.environ.get("LLMJOB_TEST_PROCESS_CPU_NODES", "1"))
 LOG_TAIL_LINES = 40
 
 _session_cluster: LocalCluster | None = None  # set while the session cluster exists (even half-started)
 _session_ready = False  # set once it is up: only then are nodes restored after each test
 _session_logs: Path | None = None
 _session_peak_memory: dict[str, int] = {}
+_process_cluster: LocalCluster | None = None  # set while the run-pods cluster exists
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _remove_clusters_of_dead_sessions() -> None:
     """A killed test run cannot tear down its cluster: the next run does (live sessions are left alone)."""
     for name in cluster_names():
-        match = re.fullmatch(r"pytest-(?:cli-)?(\d+)", name)
+        match = re.fullmatch(r"pytest-(?:cli-|run-)?(\d+)", name)
         if match and not pid_alive(int(match.group(1))):
             LocalCluster(name).down()
 
@@ -77,6 +85,49 @@ def _restore_cluster_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
     if "cluster" in request.fixturenames and _session_ready and _session_cluster is not None:
         baseline = nodes.cluster_nodes(TEST_GPU_NODES, TEST_CPU_NODES)
         chaos.restore_nodes(baseline, kube=_session_cluster.kube, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local cluster whose pods run as real processes (``LocalCluster.up(..., run_pods=True)``)."""
+    _remove_clusters_of_dead_sessions()
+    global _process_cluster
+    local = LocalCluster(f"pytest-run-{os.getpid()}")
+    logs = tmp_path_factory.mktemp("process-cluster-logs")
+    _process_cluster = local
+    try:
+        local.up(PROCESS_GPU_NODES, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True)
+        yield local
+    finally:
+        _process_cluster = None
+        local.collect_logs(logs)
+        if local.podrunner_dir.is_dir():  # container logs and the runner's own, kept after `down`
+            shutil.copytree(local.podrunner_dir / "logs", logs / "pods", dirs_exist_ok=True)
+            runner_log = local.podrunner_dir / "runner.log"
+            if runner_log.is_file():
+                shutil.copyfile(runner_log, logs / "podrunner.log")
+        local.down()
+
+
+@pytest.fixture
+def process_namespace(
+    process_cluster: LocalCluster, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """A fresh namespace on ``process_cluster``; ``KUBECONFIG`` points there during the test."""
+    monkeypatch.setenv("KUBECONFIG", str(process_cluster.kubeconfig))
+    name = _namespace_name(request.node.name)
+    process_cluster.kubectl("create", "namespace", name)
+    wait_for(
+        lambda: process_cluster.kube.get("serviceaccount", "default", name),
+        timeout=30,
+        what=f"ServiceAccount {name}/default",
+    )
+    yield name
+    process_cluster.kubectl("delete", "pods", "--all", "--namespace", name, "--force", "--grace-period=0",
+                            "--wait=false", check=False)  # fmt: skip
+    process_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    baseline = nodes.cluster_nodes(PROCESS_GPU_NODES, PROCESS_CPU_NODES)
+    chaos.restore_nodes(baseline, kube=process_cluster.kube, timeout=60)
 
 
 def _namespace_name(test_name: str) -> str:
@@ -113,6 +164,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Attach the tails of the control plane's logs to the report of a failed cluster test."""
     outcome = yield
     report = outcome.get_result()
+    failed = not (report.passed or report.skipped)
+    if failed and _process_cluster is not None and "process_cluster" in getattr(item, "fixturenames", ()):
+        runner_log = _process_cluster.podrunner_dir / "runner.log"  # starts, exits, deletions, node loss
+        report.sections.append(
+            (f"pod runner (last {LOG_TAIL_LINES} lines)", _tail(runner_log, LOG_TAIL_LINES))
+        )
     if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
     if _session_cluster is not None:

@@ -40,6 +40,8 @@ def test_parser_knows_the_documented_flags() -> None:
     assert (up.nodes, up.cpu_nodes, up.name, up.port, up.kind) == (8, 3, "x", 7443, False)
     assert parser.parse_args(["cluster", "up"]).name == "llmjob"
     assert parser.parse_args(["cluster", "up", "--kind"]).kind is True
+    assert parser.parse_args(["cluster", "up", "--run-pods"]).run_pods is True
+    assert parser.parse_args(["cluster", "up"]).run_pods is False
     assert parser.parse_args(["cluster", "down", "--all"]).all is True
     assert parser.parse_args(["cluster", "status"]).func is cli.cmd_cluster_status
     assert parser.parse_args(["tools", "build", "etcd"]).tools == ["etcd"]

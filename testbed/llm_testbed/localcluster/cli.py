@@ -55,7 +55,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         kubeconfig = kind.up(args.name, args.nodes, args.cpu_nodes, kubectl, crds)
     else:
         cluster = LocalCluster(args.name)
-        cluster.up(args.nodes, args.cpu_nodes, port=args.port, crds_dir=crds)
+        cluster.up(args.nodes, args.cpu_nodes, port=args.port, crds_dir=crds, run_pods=args.run_pods)
         kubeconfig = cluster.kubeconfig
     print(f"kubeconfig: {kubeconfig}")
     print(f"export KUBECONFIG={kubeconfig}")
@@ -209,6 +209,11 @@ def _register_cluster(subparsers: Any) -> None:
         help=f"fake m5.2xlarge CPU nodes for rendezvous servers (default {DEFAULT_CPU_NODES})",
     )
     up.add_argument("--port", type=_port, default=0, help="kube-apiserver port (default: a free one)")
+    up.add_argument(
+        "--run-pods",
+        action="store_true",
+        help="run the pods for real as local processes (the local pod runner) instead of faking them",
+    )
     up.add_argument(
         "--kind",
         action="store_true",

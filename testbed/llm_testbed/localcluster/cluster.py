@@ -8,6 +8,9 @@ Layout (all under the per-machine cache, see :mod:`paths`)::
       configs/<name>.kwokctl.log       kwokctl's output of the last start/stop
       configs/<name>.failed-logs/      component logs of a cluster that failed to start
       .start.lock               clusters start one at a time (ports are picked under it)
+
+A cluster started with ``run_pods`` keeps ``clusters/<name>/podrunner/`` (see
+:mod:`llm_testbed.podrunner.files`): its pods run as local processes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from llm_testbed.localcluster.kubectl import Kubectl
 from llm_testbed.localcluster.kwokctl import Kwokctl
 from llm_testbed.localcluster.status import ClusterStatus, summarize_node
 from llm_testbed.localcluster.waiting import poll
+from llm_testbed.podrunner import daemon as podrunner
+from llm_testbed.podrunner import files as podrunner_files
 
 DEFAULT_NAME = "llmjob"
 DEFAULT_GPU_NODES = 4
@@ -42,6 +47,7 @@ CLUSTER_TOOLS = (
 )
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
 READY_TIMEOUT_S = 60.0  # after kwokctl create: /readyz (admission, RBAC bootstrap)
+RUN_PODS_MARK = "run-pods"  # file in the cluster's folder: created with run_pods
 
 
 def say(message: str) -> None:
@@ -123,6 +129,28 @@ class LocalCluster:
         """Run our kubectl against this cluster (see :meth:`Kubectl.run`)."""
         return self.kube.run(*args, input=input, check=check, timeout=timeout)
 
+    @property
+    def podrunner_dir(self) -> Path:
+        """State of the local pod runner: logs, volumes, hosts files (clusters started with run_pods)."""
+        return self.workdir / "podrunner"
+
+    @property
+    def runs_pods(self) -> bool:
+        """True when this cluster was created with ``run_pods``: its pods run as local processes."""
+        return (self.workdir / RUN_PODS_MARK).is_file()
+
+    def pod_log(self, namespace: str, pod: str, container: str | None = None) -> Path:
+        """The log file (stdout + stderr, restarts appended) of a container run by the pod runner.
+
+        ``container`` defaults to the pod's first container (read from the API).
+        """
+        if container is None:
+            obj = self.kube.get("pod", pod, namespace)
+            if obj is None:
+                raise LocalClusterError(f"pod {namespace}/{pod} does not exist: name the container")
+            container = obj["spec"]["containers"][0]["name"]
+        return podrunner_files.log_path(self.podrunner_dir, namespace, pod, container)
+
     def exists(self) -> bool:
         return (self.workdir / "kwok.yaml").is_file()
 
@@ -148,13 +176,22 @@ class LocalCluster:
         *,
         port: int = 0,
         crds_dir: Path | None = None,
+        run_pods: bool = False,
     ) -> bool:
         """Start (or resume) the cluster, add the nodes if it has none, install CRDs.
 
+        With ``run_pods`` the cluster's pods run for real as local processes (the local pod runner,
+        started here and stopped by :meth:`down`); a cluster keeps the mode it was created with.
         Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
         """
         started = time.monotonic()
         self.tools  # noqa: B018 - builds first, with its own progress
+        if self.exists() and run_pods and not self.runs_pods:
+            raise LocalClusterError(
+                f"cluster {self.name} was created without --run-pods (its pods are fake): "
+                f"`llmjob cluster down --name {self.name}` first to change that"
+            )
+        run_pods = run_pods or (self.exists() and self.runs_pods)  # a cluster keeps its mode
         if self.exists() and self.is_running():
             say(f"cluster {self.name} is already running")
             fresh = False
@@ -162,7 +199,7 @@ class LocalCluster:
             with locked(
                 kwokctl.workdir() / ".start.lock", lambda: say("another cluster is starting; waiting")
             ):
-                self._start(port)
+                self._start(port, run_pods)
             fresh = True
         if not self.kube.items("nodes"):
             self.add_nodes(nodes.cluster_nodes(gpu_nodes, cpu_nodes))
@@ -170,12 +207,17 @@ class LocalCluster:
             say("nodes already present: --nodes/--cpu-nodes ignored (use `llmjob chaos add-node` to add)")
         self.install_crds(crds_dir if crds_dir is not None else paths.crds_dir())
         self.wait_default_service_account()
+        if run_pods:
+            pid = podrunner.start(
+                self.name, self.kubeconfig, self.podrunner_dir, {"etcd": self.tools["etcd"]}
+            )
+            say(f"local pod runner (pid {pid}) runs the pods; container logs under {self.podrunner_dir}/logs")
         say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")
         return fresh
 
-    def _start(self, port: int) -> None:
+    def _start(self, port: int, run_pods: bool = False) -> None:
         """Create (or resume) the cluster with kwokctl; the caller holds the start lock."""
-        settings = kwokconfig.KwokctlSettings()
+        settings = kwokconfig.KwokctlSettings(run_pods=run_pods)
         if not self.exists():  # a stopped cluster keeps the ports of its saved config
             if port and not ports.is_free(port):
                 raise LocalClusterError(
@@ -188,13 +230,15 @@ class LocalCluster:
                 taken=ports.claimed_ports(others),
                 fixed={"kubeApiserverPort": port} if port else None,
             )
-            settings = kwokconfig.KwokctlSettings(ports=chosen)
+            settings = kwokconfig.KwokctlSettings(ports=chosen, run_pods=run_pods)
         fresh = not self.exists()
         say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(kwokconfig.render(settings))
         try:
             self._kwokctl.create(self.config_path)
+            if run_pods:
+                (self.workdir / RUN_PODS_MARK).write_text("pods run as local processes\n")
             poll(
                 self.is_running,
                 timeout=READY_TIMEOUT_S,
@@ -263,6 +307,8 @@ class LocalCluster:
         if not self.exists():
             return False
         say(f"deleting cluster {self.name}")
+        if podrunner.stop(self.name, self.podrunner_dir):
+            say("local pod runner stopped, pod processes killed")
         self._kwokctl.delete()
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.config_path.unlink(missing_ok=True)
@@ -277,6 +323,8 @@ class LocalCluster:
             return ClusterStatus(self.name, exists=False, running=False, kubeconfig=self.kubeconfig)
         running = self.is_running()
         components = {c: ("running" if self._component_alive(c) else "stopped") for c in COMPONENTS}
+        if self.runs_pods:
+            components["podrunner"] = "running" if podrunner.alive(self.podrunner_dir) else "stopped"
         node_list = [summarize_node(n) for n in self.kube.items("nodes")] if running else []
         return ClusterStatus(self.name, True, running, self.kubeconfig, components, node_list)
 

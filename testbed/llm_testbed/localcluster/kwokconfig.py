@@ -57,6 +57,7 @@ class KwokctlSettings:
     node_monitor_period_ms: int = 1000  # how fast NotReady nodes are noticed (default 5s)
     node_monitor_grace_period_ms: int = 40000
     node_lease_duration_s: int = 40
+    run_pods: bool = False  # the local pod runner acts for pods: kwok keeps only the node Stages
 
 
 def stages_text() -> str:
@@ -66,6 +67,12 @@ def stages_text() -> str:
 
 def stages() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(stages_text()) if doc]
+
+
+def node_stages_text() -> str:
+    """Only the Node Stages: with ``run_pods`` kwok leaves every pod to the local pod runner."""
+    nodes = [s for s in stages() if s["spec"]["resourceRef"]["kind"] == "Node"]
+    return yaml.safe_dump_all(nodes, sort_keys=False)
 
 
 def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
@@ -114,4 +121,4 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
 def render(settings: KwokctlSettings) -> str:
     """The whole multi-document config file."""
     head = yaml.safe_dump(kwokctl_configuration(settings), sort_keys=False)
-    return f"{head}---\n{stages_text()}"
+    return f"{head}---\n{node_stages_text() if settings.run_pods else stages_text()}"

@@ -1,0 +1,15 @@
+"""The local pod runner: pods bound to the local cluster's fake nodes run as real local processes.
+
+kwok keeps playing the kubelet of the nodes (status, Lease); in a cluster started with ``run_pods`` it
+has no pod Stages, and this runner acts for the pods instead: it starts each container's command from
+the pod spec in a private mount and UTS namespace with its own loopback IP, reports the real state,
+and honours deletion, grace periods and node loss. Modules, one job each:
+
+- :mod:`.expand`  kubelet's ``$(VAR)`` expansion (pure)
+- :mod:`.plan`    pod spec -> what to launch: argv, env, mounts, hostname (pure)
+- :mod:`.network` pod IP pool and per-pod hosts files (pure)
+- :mod:`.status`  pod status documents (pure)
+- :mod:`.launch`  the in-namespace launcher every container starts through
+- :mod:`.process` starting, signalling and killing one container's process tree
+- :mod:`.runner`  the watch loop; :mod:`.daemon` starts/stops it for ``llmjob cluster up/down``
+"""

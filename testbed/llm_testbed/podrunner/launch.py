@@ -1,0 +1,122 @@
+"""The launcher every container starts through: ``python -m llm_testbed.podrunner.launch PLAN.json``.
+
+It joins the container's cgroup (so the runner can kill the whole process tree at once), enters a
+private mount and UTS namespace (``unshare(CLONE_NEWNS | CLONE_NEWUTS)``: root, or a user namespace
+where unprivileged ones are allowed), bind-mounts the pod's volumes at their mountPaths and the pod's
+hosts file over ``/etc/hosts``, sets the pod's hostname, changes to ``workingDir`` and ``exec``s the
+command: the container's main process keeps this PID. Nothing here is visible outside the pod.
+Failures print one line and exit 127 (the runner reports it as the container's exit code).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+LAUNCH_FAILED = 127
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise LaunchError(f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, flags: int) -> None:
+    src = source.encode() if source is not None else None
+    _check(
+        _libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {source} on {target}"
+    )
+
+
+def enter_namespaces() -> None:
+    """Private mount + UTS namespaces; falls back to a user namespace when not root."""
+    if _libc.unshare(CLONE_NEWNS | CLONE_NEWUTS) != 0:
+        uid, gid = os.getuid(), os.getgid()
+        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWUTS), "unshare (mount, uts, user)")
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+    _mount(None, "/", MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the machine
+
+
+def _target(path: str, is_file: bool) -> None:
+    p = Path(path)
+    if is_file:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if not p.exists():
+            p.touch()
+    else:
+        p.mkdir(parents=True, exist_ok=True)
+
+
+def bind(source: str, target: str, read_only: bool) -> None:
+    is_file = Path(source).is_file()
+    if not is_file:
+        Path(source).mkdir(parents=True, exist_ok=True)
+    _target(target, is_file)
+    _mount(source, target, MS_BIND | MS_REC)
+    if read_only:
+        _mount(None, target, MS_REMOUNT | MS_BIND | MS_RDONLY)
+
+
+def join_cgroup(cgroup: str | None) -> None:
+    if cgroup:
+        Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
+
+
+def run(plan: dict[str, Any]) -> None:
+    join_cgroup(plan.get("cgroup"))
+    enter_namespaces()
+    for m in plan["mounts"]:
+        bind(m["source"], m["target"], m["read_only"])
+    bind(plan["hosts_file"], "/etc/hosts", read_only=True)
+    socket.sethostname(plan["hostname"])
+    if plan.get("cwd"):
+        Path(plan["cwd"]).mkdir(parents=True, exist_ok=True)
+        os.chdir(plan["cwd"])
+    argv: list[str] = plan["argv"]
+    env: dict[str, str] = plan["env"]
+    os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, as the pod spec gives it
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--check"]:  # can this machine give a process its own mount and UTS namespaces?
+        try:
+            enter_namespaces()
+        except (OSError, LaunchError) as exc:
+            print(f"{exc}", file=sys.stderr, flush=True)
+            return 1
+        return 0
+    try:
+        plan = json.loads(Path(args[0]).read_text())
+        run(plan)
+    except (OSError, LaunchError, ValueError, IndexError, KeyError) as exc:
+        print(f"llmjob pod runner: cannot start container: {exc}", file=sys.stderr, flush=True)
+        return LAUNCH_FAILED
+    return LAUNCH_FAILED  # pragma: no cover - execvpe does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main())

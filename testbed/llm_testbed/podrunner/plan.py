@@ -1,0 +1,189 @@
+"""From a pod spec to what the runner launches for each container (pure: no I/O).
+
+The image is not pulled: the container's ``command`` + ``args`` run with the runner's own Python
+environment (its venv first on ``PATH``); ``programs`` maps a few image commands to local binaries
+(``etcd`` -> the pinned etcd). Inside a pod its loopback is its own: ``0.0.0.0`` and ``127.0.0.1`` in
+the argv become the pod IP, so two pods that listen on the same port do not collide.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_testbed.podrunner.expand import expand
+
+LOOPBACK_ALIASES = ("0.0.0.0", "127.0.0.1")  # noqa: S104 - rewritten to the pod IP in argv
+_LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+class PlanError(ValueError):
+    """The pod asks for something the runner cannot do; the message names the field and the reason."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """Everything :mod:`.launch` needs to start one container (serialised to JSON for it)."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    hostname: str
+    hosts_file: str
+    mounts: list[Mount] = field(default_factory=list)
+    cgroup: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "argv": self.argv,
+            "env": self.env,
+            "cwd": self.cwd,
+            "hostname": self.hostname,
+            "hosts_file": self.hosts_file,
+            "mounts": [
+                {"source": m.source, "target": m.target, "read_only": m.read_only} for m in self.mounts
+            ],
+            "cgroup": self.cgroup,
+        }
+
+
+def field_value(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str) -> str:
+    """The value of a downward-API ``fieldRef.fieldPath``."""
+    meta, spec = pod.get("metadata", {}), pod.get("spec", {})
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+        "status.hostIP": host_ip,
+        "status.hostIPs": host_ip,
+    }
+    if path in simple:
+        return str(simple[path])
+    m = _LABEL_REF.match(path)
+    if m:
+        return str(meta.get(m.group(1), {}).get(m.group(2), ""))
+    raise PlanError(f"env fieldRef.fieldPath {path!r} is not supported by the local pod runner")
+
+
+def container_env(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    pod_ip: str,
+    host_ip: str,
+    base: Mapping[str, str],
+) -> dict[str, str]:
+    """``base`` overlaid with the container's ``env``, each value expanded over the ones before it."""
+    if container.get("envFrom"):
+        raise PlanError(
+            f"container {container.get('name')}: envFrom is not supported by the local pod runner"
+        )
+    env = dict(base)
+    for item in container.get("env", []) or []:
+        name = item["name"]
+        if "valueFrom" in item:
+            source = item["valueFrom"] or {}
+            if "fieldRef" in source:
+                env[name] = field_value(pod, source["fieldRef"]["fieldPath"], pod_ip, host_ip)
+                continue
+            kind = next(iter(source), "valueFrom")
+            optional = bool((source.get(kind) or {}).get("optional"))
+            if optional:
+                continue
+            raise PlanError(
+                f"container {container.get('name')}: env {name}: valueFrom.{kind} is not supported "
+                "by the local pod runner"
+            )
+        env[name] = expand(str(item.get("value", "")), env)
+    return env
+
+
+def container_argv(
+    container: Mapping[str, Any], env: Mapping[str, str], *, pod_ip: str, programs: Mapping[str, str]
+) -> list[str]:
+    """``command`` + ``args`` expanded; local program for known image commands; loopback -> pod IP."""
+    command = list(container.get("command") or [])
+    if not command:
+        raise PlanError(
+            f"container {container.get('name')}: command is required: the local pod runner does not "
+            "pull images, so it cannot use an image's entrypoint"
+        )
+    argv = [expand(str(a), env) for a in [*command, *(container.get("args") or [])]]
+    argv[0] = programs.get(argv[0], argv[0])
+    out = []
+    for arg in argv:
+        for alias in LOOPBACK_ALIASES:
+            arg = arg.replace(alias, pod_ip)
+        out.append(arg)
+    return out
+
+
+def hostname(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec", {})
+    return str(spec.get("hostname") or pod["metadata"]["name"])[:63]
+
+
+def mounts_for(container: Mapping[str, Any], volume_dirs: Mapping[str, str | None]) -> list[Mount]:
+    """The container's ``volumeMounts`` as bind mounts (volumes mapped to ``None`` are left out)."""
+    mounts = []
+    for vm in container.get("volumeMounts", []) or []:
+        name = vm["name"]
+        if name not in volume_dirs:
+            raise PlanError(f"container {container.get('name')}: volumeMount {name!r} names no volume")
+        source = volume_dirs[name]
+        if source is None:
+            continue
+        if vm.get("subPath"):
+            source = f"{source.rstrip('/')}/{vm['subPath']}"
+        mounts.append(Mount(source, str(vm["mountPath"]), bool(vm.get("readOnly", False))))
+    return mounts
+
+
+def container_plan(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    pod_ip: str,
+    host_ip: str,
+    base_env: Mapping[str, str],
+    programs: Mapping[str, str],
+    volume_dirs: Mapping[str, str | None],
+    hosts_file: str,
+    cgroup: str | None = None,
+) -> ContainerPlan:
+    host = hostname(pod)
+    env = container_env(pod, container, pod_ip=pod_ip, host_ip=host_ip, base={**base_env, "HOSTNAME": host})
+    return ContainerPlan(
+        name=str(container["name"]),
+        argv=container_argv(container, env, pod_ip=pod_ip, programs=programs),
+        env=env,
+        cwd=container.get("workingDir") or None,
+        hostname=host,
+        hosts_file=hosts_file,
+        mounts=mounts_for(container, volume_dirs),
+        cgroup=cgroup,
+    )
+
+
+def check_pod(pod: Mapping[str, Any]) -> None:
+    """Reject pod features the runner does not implement (one clear reason)."""
+    spec = pod.get("spec", {})
+    if spec.get("initContainers"):
+        raise PlanError("spec.initContainers: not supported by the local pod runner")
+    if not spec.get("containers"):
+        raise PlanError("spec.containers: no container to run")

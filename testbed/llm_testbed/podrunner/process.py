@@ -1,0 +1,136 @@
+"""One container's process tree: start it through :mod:`.launch`, signal it, kill all of it.
+
+Each container gets a cgroup (v2) of its own when the machine allows it, and ``cgroup.kill`` ends the
+whole tree at once, even processes that started their own session; otherwise the process group and
+every descendant found in /proc are SIGKILLed. The main process gets SIGTERM alone (kubelet's way:
+it is the one that forwards it, as torchrun does to its workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+CGROUP_PARENT = "llmjob-podrunner"
+CGROUP_EMPTY_TIMEOUT_S = 2.0
+
+
+def cgroup2_root() -> Path | None:
+    """Mount point of the cgroup v2 hierarchy, when it exists and we may create groups in it."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "cgroup2":
+            root = Path(parts[1])
+            if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
+                return root
+    return None
+
+
+def cgroup_base(cluster: str) -> Path | None:
+    root = cgroup2_root()
+    if root is None:
+        return None
+    base = root / CGROUP_PARENT / cluster
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if not (base / "cgroup.kill").exists():
+        return None  # kernel < 5.14: no cgroup.kill, use process groups
+    return base
+
+
+def kill_cgroup(path: Path) -> None:
+    """SIGKILL every process of the cgroup and remove it once empty."""
+    if not path.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        (path / "cgroup.kill").write_text("1")
+    deadline = time.monotonic() + CGROUP_EMPTY_TIMEOUT_S
+    while time.monotonic() < deadline:  # the kernel reaps the killed tasks within milliseconds
+        try:
+            if "populated 0" in (path / "cgroup.events").read_text():
+                break
+        except OSError:
+            break
+        time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class ContainerProcess:
+    """The process of one container run (a restart is a new instance)."""
+
+    def __init__(self, plan_file: Path, log_file: Path, cgroup: Path | None) -> None:
+        self.plan_file = plan_file
+        self.log_file = log_file
+        self.cgroup = cgroup
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def start(self) -> int:
+        if self.cgroup is not None:
+            self.cgroup.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "llm_testbed.podrunner.launch", str(self.plan_file),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            )  # fmt: skip
+        return self.proc.pid
+
+    async def wait(self) -> int:
+        """The main process's return code (negative: killed by that signal)."""
+        assert self.proc is not None
+        return await self.proc.wait()
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+
+    def kill_tree(self) -> None:
+        """SIGKILL the main process and everything it started (also after it exited: leftovers)."""
+        if self.cgroup is not None:
+            kill_cgroup(self.cgroup)
+        if self.proc is None:
+            return
+        pid = self.proc.pid
+        victims = descendants(pid) if self.proc.returncode is None else []
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
