@@ -139,6 +139,12 @@ class LocalCluster:
         """True when this cluster was created with ``run_pods``: its pods run as local processes."""
         return (self.workdir / RUN_PODS_MARK).is_file()
 
+    def volume_dir(self, pv_name: str) -> Path:
+        """The host folder the pod runner uses for a bound PersistentVolume (shared by every pod)."""
+        from llm_testbed.podrunner.volumes import pv_dir
+
+        return Path(pv_dir(self.podrunner_dir, pv_name))
+
     def pod_log(self, namespace: str, pod: str, container: str | None = None) -> Path:
         """The log file (stdout + stderr, restarts appended) of a container run by the pod runner.
 

@@ -21,6 +21,11 @@ class VolumeNotReady(PlanError):
     """A claim is not bound yet: the pod waits (ContainerCreating), like on a real node."""
 
 
+def pv_dir(state_dir: PurePath, pv_name: str) -> PurePath:
+    """The one host folder of a bound PersistentVolume, shared by every pod that mounts its claim."""
+    return state_dir / "volumes" / "pv" / pv_name
+
+
 def pod_dir(state_dir: PurePath, uid: str) -> PurePath:
     return state_dir / "pods" / uid
 
@@ -42,7 +47,7 @@ def volume_dirs(
             pv = claim_volumes.get(claim)
             if not pv:
                 raise VolumeNotReady(f"volume {name}: PersistentVolumeClaim {claim} is not bound to a volume")
-            out[name] = str(state_dir / "volumes" / "pv" / pv)
+            out[name] = str(pv_dir(state_dir, pv))
         elif "emptyDir" in vol:
             medium = (vol["emptyDir"] or {}).get("medium", "")
             root = shm_dir / uid if medium == "Memory" else pod_dir(state_dir, uid) / "volumes"

@@ -1,0 +1,143 @@
+"""Real training on the local cluster: a shared volume, token shards on it, a tiny job, its metrics.
+
+Used by the end-to-end tests and by ``llmjob demo``. The job is the shipped CPU smoke example
+(deploy/examples/smoke-cpu.yaml) placed on the fake p5.48xlarge nodes (8 fake GPUs each, so one worker per
+node and a lost node really shrinks the job); its pods run as local processes (the pod runner), and the
+claim's volume is one host folder (``LocalCluster.volume_dir``) shared by every worker, like FSx.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llm_testbed.localcluster import paths
+
+EXAMPLE = "deploy/examples/smoke-cpu.yaml"
+CLAIM = "smoke-shared"
+DATA_SUBDIR = "data/smoke"
+CHECKPOINT_SUBDIR = "checkpoints/smoke"
+SEQ_LEN = 128  # the example's --seq-len
+SEED = 1234  # the trainer's default --seed
+_WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly fat zebras and"
+    " many nodes fail but training goes on from the newest step with every sample seen exactly once"
+).split()
+
+
+def shared_volume(pv_name: str, namespace: str) -> list[dict[str, Any]]:
+    """A PersistentVolume and the example's claim bound to it (the pod runner maps it to one folder)."""
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "",
+            "hostPath": {"path": f"/var/lib/elasticllm/{pv_name}", "type": "DirectoryOrCreate"},
+            "claimRef": {"namespace": namespace, "name": CLAIM},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CLAIM, "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": pv_name,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    return [pv, pvc]
+
+
+def write_corpus(folder: Path, documents: int = 4, words: int = 6000, seed: int = 7) -> list[Path]:
+    """Deterministic plain-text documents (enough tokens for a few thousand samples of 128)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    files = []
+    for i in range(documents):
+        path = folder / f"doc-{i}.txt"
+        path.write_text(" ".join(rng.choice(_WORDS) for _ in range(words)) + "\n")
+        files.append(path)
+    return files
+
+
+def prepare_data(volume: Path) -> Path:
+    """Token shards at ``<volume>/data/smoke`` made with the trainer's own ``prepare`` command."""
+    corpus = write_corpus(volume / "corpus")
+    out = volume / DATA_SUBDIR
+    argv = [sys.executable, "-m", "llm_trainer", "prepare", *map(str, corpus), "--output", str(out)]
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+    return out
+
+
+def example_job() -> dict[str, Any]:
+    """The shipped CPU smoke example, as a user applies it."""
+    text = (paths.repo_root() / EXAMPLE).read_text()
+    job: dict[str, Any] = yaml.safe_load(text)
+    return job
+
+
+def training_job(
+    name: str,
+    namespace: str,
+    *,
+    minimum: int,
+    maximum: int,
+    steps: int,
+    backend: str = "etcd-v3",
+    checkpoint_every: int = 10,
+    failure_policy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The smoke example on the fake p5 nodes: one worker per node, ``steps`` steps, the given backend."""
+    job = copy.deepcopy(example_job())
+    job["metadata"] = {"name": name, "namespace": namespace}
+    spec = job["spec"]
+    args: list[str] = spec["args"]
+    args[args.index("--steps") + 1] = str(steps)
+    args[args.index("--checkpoint-every") + 1] = str(checkpoint_every)
+    spec.update(
+        minReplicas=minimum,
+        maxReplicas=maximum,
+        gpusPerNode=8,  # a whole fake p5 per worker: a lost node cannot be replaced on a busy one
+        nprocPerNode=1,  # the trainer runs on CPU here: one process per node
+        efaPerNode=0,
+        resources={"cpu": "1", "memory": "2Gi"},
+        rendezvous={"backend": backend},
+        scheduling={"instanceTypes": ["p5.48xlarge"]},
+        env=[{"name": "OMP_NUM_THREADS", "value": "1"}],
+    )
+    policy = {"nodeFailureGraceSeconds": 0, "pendingTimeoutSeconds": 10, "resizeCooldownSeconds": 5}
+    spec["failurePolicy"] = {**policy, **(failure_policy or {})}
+    return job
+
+
+def metrics_path(volume: Path) -> Path:
+    """Rank 0's ``metrics.jsonl`` of the example job (its checkpoint directory)."""
+    return volume / CHECKPOINT_SUBDIR / "metrics.jsonl"
+
+
+def records(volume: Path) -> list[dict[str, Any]]:
+    """Every complete step record so far (empty before the first step)."""
+    from llm_trainer.metrics import read_records
+
+    path = metrics_path(volume)
+    return read_records(path) if path.is_file() else []
+
+
+def sample_order(volume: Path) -> Any:
+    """The global sample order of the prepared data (for ``llm_trainer.accounting.audit``)."""
+    from llm_trainer.data.order import GlobalOrder
+    from llm_trainer.data.shards import TokenShards
+
+    return GlobalOrder(TokenShards(volume / DATA_SUBDIR, SEQ_LEN).num_samples, SEED)
