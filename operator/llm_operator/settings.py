@@ -26,7 +26,7 @@ class Settings:
     rendezvous_node_selector: dict[str, str] = field(default_factory=dict)
     """Node selector for rendezvous servers (keep them off GPU nodes)."""
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
-    """Namespace of the operator's own pods: the rendezvous NetworkPolicy admits them (with the labels below)."""
+    """Namespace of the operator's pods: the rendezvous NetworkPolicy admits them (with the labels below)."""
     operator_pod_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OPERATOR_POD_LABELS))
     """Labels of the operator's pods; empty = the rendezvous NetworkPolicy admits workers only."""
 

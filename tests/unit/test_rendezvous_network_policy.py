@@ -24,7 +24,9 @@ OPERATOR = {"app.kubernetes.io/name": "elastic-llm-operator", "app.kubernetes.io
     ("backend", "port"),
     [("etcd-v3", 2379), ("c10d", 29400)],
 )
-def test_admits_only_this_jobs_workers_and_the_operator_on_the_rendezvous_port(backend: str, port: int) -> None:
+def test_admits_only_this_jobs_workers_and_the_operator_on_the_rendezvous_port(
+    backend: str, port: int
+) -> None:
     j = job(rendezvous={"backend": backend})
     policy = rendezvous_network_policy(j, Settings())
     assert policy is not None
