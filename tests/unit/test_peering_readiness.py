@@ -1,0 +1,73 @@
+"""Who serves, from a kopf peering object's status (pure), and the start-up helpers."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+
+import pytest
+from llm_operator.peering import PeeringTarget, backoff, peering_targets
+from llm_operator.readiness import Verdict, combine, verdict
+
+NOW = datetime.datetime(2026, 11, 23, 7, 0, 0, tzinfo=datetime.UTC)
+
+
+def seen(seconds_ago: float) -> str:
+    return (NOW - datetime.timedelta(seconds=seconds_ago)).isoformat()
+
+
+def entry(priority: int, ago: float = 1.0, lifetime: int = 60) -> dict[str, object]:
+    return {"priority": priority, "lifetime": lifetime, "lastseen": seen(ago)}
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        (None, "missing"),
+        ({}, "absent"),
+        ({"other": entry(5)}, "absent"),
+        ({"me": entry(5, ago=61)}, "absent"),  # our own keep-alive expired
+        ({"me": entry(5)}, "active"),
+        ({"me": entry(5), "other": entry(3)}, "active"),
+        ({"me": entry(5), "other": entry(9)}, "standby"),
+        ({"me": entry(5), "other": entry(9, ago=120)}, "active"),  # a dead peer does not count
+        ({"me": entry(5), "other": entry(5)}, "conflict"),
+        ({"me": entry(5), "a": entry(9), "b": entry(9)}, "conflict"),  # the top two pause each other
+        ({"me": entry(9), "a": entry(5), "b": entry(5)}, "active"),
+        ({"me": entry(5), "bad": "not a mapping", "worse": {"priority": "x"}}, "active"),
+    ],
+)
+def test_verdict_applies_kopfs_pause_rule(status: dict[str, object] | None, state: str) -> None:
+    found = verdict(status, "me", NOW)
+    assert found.state == state, found
+    assert found.ready is (state in ("active", "standby"))
+
+
+def test_verdict_names_the_peer_it_waits_for() -> None:
+    found = verdict({"me": entry(5), "pod-b": entry(9)}, "me", NOW)
+    assert "pod-b" in found.detail and "9 > 5" in found.detail
+
+
+def test_combine_is_not_ready_when_any_namespace_is_not() -> None:
+    active, standby, missing = Verdict("active", "a"), Verdict("standby", "s"), Verdict("missing", "m")
+    assert combine([active, active]) == active
+    assert combine([active, standby]) == standby
+    assert combine([standby, missing, active]) == missing
+
+
+def test_backoff_is_bounded() -> None:
+    assert list(itertools.islice(backoff(), 6)) == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_peering_targets_and_hints() -> None:
+    (cluster_wide,) = peering_targets("op", [])
+    assert cluster_wide == PeeringTarget("op", None) and cluster_wide.kind == "ClusterKopfPeering"
+    assert cluster_wide.manifest() == {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "ClusterKopfPeering",
+        "metadata": {"name": "op"},
+    }
+    assert "kubectl apply -f -" in cluster_wide.create_hint()
+    a, b = peering_targets("op", ["a", "b", "a"])
+    assert (a.namespace, b.namespace) == ("a", "b") and a.plural == "kopfpeerings"
+    assert "kubectl apply -n a -f -" in a.create_hint() and "kind: KopfPeering" in a.create_hint()
