@@ -122,6 +122,7 @@ class ServingMonitor:
         self.current = Verdict("starting", "start-up checks running")
         self.not_serving_since: float | None = time.monotonic()
         self._last_warning = 0.0
+        self._keepalive_seen = False
 
     def set(self, new: Verdict) -> None:
         """Record a verdict; log changes, and repeat the warning while not serving."""
@@ -132,7 +133,7 @@ class ServingMonitor:
         elif self.not_serving_since is None:
             self.not_serving_since = now
         self.current = new
-        if new.ready:
+        if new.ready or new.state == "starting":
             if changed:
                 log.info(f"operator {new.state}: {new.detail}")
         elif changed or now - self._last_warning >= REPEAT_WARNING_SECONDS:
@@ -173,10 +174,18 @@ class ServingMonitor:
             verdicts.append(Verdict(found.state, f"{target.describe()}: {found.detail}"))
         return combine(verdicts)
 
+    def settle(self, found: Verdict) -> Verdict:
+        """Until kopf's first keep-alive shows up, an absent one means "starting", not a failure."""
+        if found.state in ("active", "standby", "conflict"):
+            self._keepalive_seen = True
+        if found.state == "absent" and not self._keepalive_seen:
+            return Verdict("starting", f"waiting for kopf's first keep-alive: {found.detail}")
+        return found
+
     async def run(self, api: client.ApiClient) -> None:
         """Forever: check, record, sleep."""
         while True:
-            self.set(await self.check(api))
+            self.set(self.settle(await self.check(api)))
             await asyncio.sleep(CHECK_SECONDS)
 
 

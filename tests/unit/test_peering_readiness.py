@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 from llm_operator.peering import PeeringTarget, backoff, peering_targets
-from llm_operator.readiness import Verdict, combine, verdict
+from llm_operator.readiness import ServingMonitor, Verdict, combine, verdict
 
 NOW = datetime.datetime(2026, 11, 23, 7, 0, 0, tzinfo=datetime.UTC)
 
@@ -71,3 +71,14 @@ def test_peering_targets_and_hints() -> None:
     a, b = peering_targets("op", ["a", "b", "a"])
     assert (a.namespace, b.namespace) == ("a", "b") and a.plural == "kopfpeerings"
     assert "kubectl apply -n a -f -" in a.create_hint() and "kind: KopfPeering" in a.create_hint()
+
+
+def test_monitor_says_starting_until_the_first_keep_alive_then_absent_is_a_failure() -> None:
+    monitor = ServingMonitor([PeeringTarget("op", None)], "me", standalone=False)
+    absent = verdict({}, "me", NOW)
+    assert monitor.settle(absent).state == "starting"
+    monitor.set(monitor.settle(verdict({"me": entry(5)}, "me", NOW)))
+    assert monitor.current.ready and monitor.alive()
+    monitor.set(monitor.settle(absent))
+    assert monitor.current.state == "absent" and not monitor.current.ready
+    assert monitor.alive(), "liveness holds during the grace period"
