@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import itertools
+import logging
+import subprocess
+import sys
 
 import pytest
-from llm_operator.peering import PeeringTarget, backoff, peering_targets
+from kubernetes_asyncio.client.exceptions import ApiException
+from llm_operator.peering import Deadline, PeeringTarget, StartupError, backoff, peering_targets
 from llm_operator.readiness import ServingMonitor, Verdict, combine, verdict
 
 NOW = datetime.datetime(2026, 11, 23, 7, 0, 0, tzinfo=datetime.UTC)
@@ -82,3 +87,43 @@ def test_monitor_says_starting_until_the_first_keep_alive_then_absent_is_a_failu
     monitor.set(monitor.settle(absent))
     assert monitor.current.state == "absent" and not monitor.current.ready
     assert monitor.alive(), "liveness holds during the grace period"
+
+
+def test_retry_waits_out_a_429_then_succeeds(caplog: pytest.LogCaptureFixture) -> None:
+    answers = [ApiException(status=429, reason="storage is (re)initializing"), "ok"]
+
+    async def attempt() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with caplog.at_level(logging.WARNING, logger="llm_operator.startup"):
+        assert asyncio.run(Deadline(30).retry("the jobs", attempt, not_yet=frozenset())) == "ok"
+    assert (
+        "waiting for the jobs: HTTP 429 storage is (re)initializing (attempt 1; next in 0.5 s" in caplog.text
+    )
+
+
+def test_retry_gives_up_at_the_deadline_and_passes_other_errors_through() -> None:
+    async def unavailable() -> None:
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    with pytest.raises(StartupError, match="gave up after 0 s waiting for the jobs: HTTP 503"):
+        asyncio.run(Deadline(0.1).retry("the jobs", unavailable, not_yet=frozenset()))
+
+    async def forbidden() -> None:
+        raise ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(ApiException):
+        asyncio.run(Deadline(30).retry("the jobs", forbidden, not_yet=frozenset()))
+
+
+def test_operator_priority_must_be_positive() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "llm_operator.cli", "operator", "--priority", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2 and "--priority: must be >= 1, got 0" in result.stderr
