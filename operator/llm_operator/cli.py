@@ -50,6 +50,16 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmjob",
@@ -75,10 +85,28 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeat)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
     p.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0 = off)")
-    p.add_argument("--liveness-port", type=int, default=8080, help="/healthz port (0 = off)")
+    p.add_argument(
+        "--liveness-port", type=int, default=8080, help="probe port: /healthz and /readyz (0 = off)"
+    )
     peer = p.add_mutually_exclusive_group()
-    peer.add_argument("--peering", default="elastic-llm-operator", help="kopf peering object name (HA)")
+    peer.add_argument(
+        "--peering",
+        default="elastic-llm-operator",
+        help="kopf peering object name (HA); created at start-up when missing and permitted",
+    )
     peer.add_argument("--standalone", action="store_true", help="no peering (single replica, tests)")
+    p.add_argument(
+        "--priority",
+        type=_positive_int,
+        default=0,
+        help="peering priority: the highest live one serves (default: random per start)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the CRDs and the peering object at start-up before exiting 3",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_operator)
 

@@ -31,8 +31,10 @@ _state: dict[str, Any] = {}
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Tune kopf and open our API client."""
     settings.posting.level = logging.WARNING
-    # Every replica gets its own peering priority: with equal priorities kopf pauses all of them.
-    settings.peering.priority = secrets.randbelow(2**31 - 2) + 1
+    # Every replica needs its own peering priority: with equal priorities kopf pauses all of them.
+    # `llmjob operator` draws it before kopf starts (its readiness check needs it); `kopf run` does not.
+    if settings.peering.priority == 0:
+        settings.peering.priority = secrets.randbelow(2**31 - 2) + 1
     # Resources are known up front; CRD/namespace scanning would need RBAC we do not grant.
     settings.scanning.disabled = True
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="elasticllm.dev")

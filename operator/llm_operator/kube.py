@@ -58,6 +58,7 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.networking = client.NetworkingV1Api(api)
 
     async def create(self, obj: dict[str, Any]) -> bool:
         """Create an object; False when it already exists (deterministic names make that success)."""
@@ -71,6 +72,8 @@ class Kube:
             call = self.core.create_namespaced_service(ns, body, _preload_content=False)
         elif kind == "Deployment":
             call = self.apps.create_namespaced_deployment(ns, body, _preload_content=False)
+        elif kind == "NetworkPolicy":
+            call = self.networking.create_namespaced_network_policy(ns, body, _preload_content=False)
         else:
             group, version = obj["apiVersion"].split("/")
             plural = kind.lower() + "s"

@@ -10,6 +10,11 @@ DEFAULT_RENDEZVOUS_IMAGE = "quay.io/coreos/etcd:v3.6.16"
 ETCD_CLIENT_PORT = 2379
 C10D_PORT = 29400
 TRAINER_METRICS_PORT = 9400
+DEFAULT_OPERATOR_NAMESPACE = "elastic-llm-operator"
+DEFAULT_OPERATOR_POD_LABELS: dict[str, str] = {
+    "app.kubernetes.io/name": "elastic-llm-operator",
+    "app.kubernetes.io/component": "operator",
+}
 
 
 @dataclass(frozen=True)
@@ -20,24 +25,38 @@ class Settings:
     """Image of the operator-managed etcd rendezvous server."""
     rendezvous_node_selector: dict[str, str] = field(default_factory=dict)
     """Node selector for rendezvous servers (keep them off GPU nodes)."""
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
+    """Namespace of the operator's pods: the rendezvous NetworkPolicy admits them (with the labels below)."""
+    operator_pod_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OPERATOR_POD_LABELS))
+    """Labels of the operator's pods; empty = the rendezvous NetworkPolicy admits workers only."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
-        """Read LLMJOB_RENDEZVOUS_IMAGE and LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object)."""
+        """Read LLMJOB_RENDEZVOUS_IMAGE, LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object),
+        LLMJOB_OPERATOR_NAMESPACE and LLMJOB_OPERATOR_POD_LABELS (a JSON object)."""
         env = dict(os.environ) if environ is None else environ
-        selector_json = env.get("LLMJOB_DEFAULT_NODE_SELECTOR", "").strip()
-        selector: dict[str, str] = {}
-        if selector_json:
-            try:
-                parsed = json.loads(selector_json)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"LLMJOB_DEFAULT_NODE_SELECTOR is not valid JSON: {exc}") from exc
-            if not isinstance(parsed, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
-            ):
-                raise ValueError("LLMJOB_DEFAULT_NODE_SELECTOR must be a JSON object of strings")
-            selector = parsed
+        operator_labels = _string_map(env, "LLMJOB_OPERATOR_POD_LABELS")
         return cls(
             rendezvous_image=env.get("LLMJOB_RENDEZVOUS_IMAGE") or DEFAULT_RENDEZVOUS_IMAGE,
-            rendezvous_node_selector=selector,
+            rendezvous_node_selector=_string_map(env, "LLMJOB_DEFAULT_NODE_SELECTOR") or {},
+            operator_namespace=env.get("LLMJOB_OPERATOR_NAMESPACE", "").strip() or DEFAULT_OPERATOR_NAMESPACE,
+            operator_pod_labels=(
+                dict(DEFAULT_OPERATOR_POD_LABELS) if operator_labels is None else operator_labels
+            ),
         )
+
+
+def _string_map(env: dict[str, str], name: str) -> dict[str, str] | None:
+    """A JSON object of strings from the environment variable ``name``; None when unset or blank."""
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} is not valid JSON: {exc}") from exc
+    if not isinstance(parsed, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
+    ):
+        raise ValueError(f"{name} must be a JSON object of strings")
+    return parsed

@@ -96,8 +96,8 @@ def test_default_deployment(helm: Helm) -> None:
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
 
 
@@ -114,6 +114,17 @@ def test_security_context(helm: Helm) -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]}
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert mounts == {"/tmp"}, "only a scratch /tmp is writable"
+
+
+def test_rendezvous_network_policy_admits_the_operator_pods(helm: Helm) -> None:
+    """The operator learns its own namespace and pod labels, which every rendezvous NetworkPolicy admits."""
+    deployment = one(helm.template({}), "Deployment")
+    env = _env(_container(deployment))
+    assert env["LLMJOB_OPERATOR_NAMESPACE"] == deployment["metadata"]["namespace"]
+    operator_labels = json.loads(env["LLMJOB_OPERATOR_POD_LABELS"])
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert operator_labels and operator_labels.items() <= pod_labels.items()
+    assert operator_labels == deployment["spec"]["selector"]["matchLabels"]
 
 
 def test_service_and_pdb_select_the_operator_pods(helm: Helm) -> None:

@@ -17,6 +17,7 @@ IN_EVERY_SERVED_NAMESPACE = {
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "delete"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "delete"},
+    ("networking.k8s.io", "networkpolicies"): {"create"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }

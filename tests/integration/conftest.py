@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +83,71 @@ def operator_process(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[C
 
     def make() -> OperatorProcess:
         proc = OperatorProcess(namespace, tmp_path)
+        made.append(proc)
+        return proc
+
+    yield make
+    for proc in made:
+        proc.stop()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (for the operator's probe endpoint)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class PeeredOperatorProcess(OperatorProcess):
+    """`llmjob operator` as the README and the chart start it: with kopf peering (no --standalone).
+
+    ``scope`` is ``["--all-namespaces"]`` or ``["--namespace", NS]``; /healthz and /readyz on ``probe_port``.
+    """
+
+    def __init__(
+        self, namespace: str, log_dir: Path, scope: list[str], extra: list[str], env: dict[str, str]
+    ) -> None:
+        super().__init__(namespace, log_dir)
+        self.scope = scope
+        self.extra = extra
+        self.env = env
+        self.probe_port = free_port()
+
+    def start(self) -> None:
+        self.starts += 1
+        log = (self.log_dir / f"operator-{self.starts}.log").open("wb")
+        argv = [sys.executable, "-m", "llm_operator.cli", "operator", *self.scope]
+        argv += ["--metrics-port", "0", "--liveness-port", str(self.probe_port), *self.extra]
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+        )
+
+    def probe(self, path: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON body) of /healthz or /readyz; (0, {}) while nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe_port}{path}", timeout=5) as rsp:
+                return rsp.status, json.loads(rsp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except OSError:
+            return 0, {}
+
+    def full_log(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("operator-*.log")))
+
+
+@pytest.fixture
+def peered_operator(
+    cluster: Any, namespace: str, tmp_path: Path
+) -> Iterator[Callable[..., PeeredOperatorProcess]]:
+    """A factory for a peered operator subprocess: make(scope, extra=[], env={}); stopped at the end."""
+    made: list[PeeredOperatorProcess] = []
+
+    def make(
+        scope: list[str], extra: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> PeeredOperatorProcess:
+        proc = PeeredOperatorProcess(namespace, tmp_path, scope, extra or [], env or {})
         made.append(proc)
         return proc
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator.api.models import LLMTrainingJob
-from llm_operator.builders.rendezvous import rendezvous_objects
+from llm_operator.builders.rendezvous import rendezvous_network_policy, rendezvous_objects
 from llm_operator.builders.worker import pod_group, worker_pod, workers_service
 from llm_operator.settings import Settings
 
 
 def support_objects(job: LLMTrainingJob, settings: Settings) -> list[dict[str, Any]]:
-    """Objects that exist for the job's whole life: headless Service, rendezvous server, PodGroup."""
+    """Objects that exist for the job's whole life: headless Service, rendezvous server (and the
+    NetworkPolicy that fences it), PodGroup."""
     out = [workers_service(job), *rendezvous_objects(job, settings)]
+    policy = rendezvous_network_policy(job, settings)
+    if policy is not None:
+        out.append(policy)
     if job.spec.scheduling.gangScheduling:
         out.append(pod_group(job))
     return out

@@ -115,13 +115,18 @@ def _c10d_container(job: LLMTrainingJob) -> dict[str, Any]:
     }
 
 
+def _server_selector(job: LLMTrainingJob) -> dict[str, str]:
+    """Labels that select the job's rendezvous server pod."""
+    return {labels.JOB_NAME: job.metadata.name, labels.ROLE: labels.ROLE_RENDEZVOUS}
+
+
 def rendezvous_objects(job: LLMTrainingJob, settings: Settings) -> list[dict[str, Any]]:
     """Deployment + Service of the managed rendezvous server; nothing when an endpoint is given."""
     if not managed(job):
         return []
     name = labels.rendezvous_name(job.metadata.name)
     pod_labels = child_labels(job, labels.ROLE_RENDEZVOUS)
-    selector = {labels.JOB_NAME: job.metadata.name, labels.ROLE: labels.ROLE_RENDEZVOUS}
+    selector = _server_selector(job)
     etcd = job.spec.rendezvous.backend == "etcd-v3"
     pod_spec: dict[str, Any] = {
         **_placement(job, settings),
@@ -152,3 +157,35 @@ def rendezvous_objects(job: LLMTrainingJob, settings: Settings) -> list[dict[str
         },
     }
     return [deployment, service]
+
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by the apiserver on every namespace: selects a namespace by its name."""
+
+
+def rendezvous_network_policy(job: LLMTrainingJob, settings: Settings) -> dict[str, Any] | None:
+    """A NetworkPolicy that admits, on the rendezvous port only, this job's workers and the operator's pods.
+
+    Every other pod of the cluster is refused (once a NetworkPolicy selects a pod, ingress not listed is
+    denied). None when the job brings its own endpoint (no managed server to protect).
+    """
+    if not managed(job):
+        return None
+    peers: list[dict[str, Any]] = [{"podSelector": {"matchLabels": labels.selector(job.metadata.name)}}]
+    if settings.operator_pod_labels:
+        peers.append(
+            {
+                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: settings.operator_namespace}},
+                "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_metadata(job, labels.rendezvous_name(job.metadata.name), labels.ROLE_RENDEZVOUS),
+        "spec": {
+            "podSelector": {"matchLabels": _server_selector(job)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": peers, "ports": [{"protocol": "TCP", "port": port(job)}]}],
+        },
+    }
