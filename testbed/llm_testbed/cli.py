@@ -18,9 +18,14 @@ def register(subparsers: Any) -> None:
     """Add the test bed's commands to ``llmjob``'s subparsers (each sets ``func``)."""
     cluster_cli.register(subparsers)
     p = subparsers.add_parser(
-        "demo", help="local cluster + operator + job, inject a node failure, print a timeline"
+        "demo", help="local cluster + operator + a job that trains through a node loss; prints a timeline"
     )
-    p.add_argument("--keep", action="store_true", help="leave the cluster and operator running at the end")
-    p.add_argument("--nodes", type=int, default=4, help="fake p5.48xlarge nodes (default 4)")
-    p.add_argument("--grace", type=int, default=0, help="nodeFailureGraceSeconds of the demo job (default 0)")
+    p.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
+    p.add_argument(
+        "--fake-nodes",
+        action="store_true",
+        help="the operator-only story on fake nodes whose pods run nothing (reaction times, shrink, grow)",
+    )
+    p.add_argument("--nodes", type=int, default=4, help="--fake-nodes: fake p5.48xlarge nodes (default 4)")
+    p.add_argument("--grace", type=int, default=0, help="--fake-nodes: nodeFailureGraceSeconds (default 0)")
     p.set_defaults(func=_cmd_demo)

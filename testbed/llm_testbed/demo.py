@@ -1,9 +1,9 @@
 """`llmjob demo` (`make demo`): the product in two minutes on a local control plane.
 
-Starts a local cluster of fake p5.48xlarge nodes, runs the operator, applies an elastic job
-(min 2, max 4), waits for it to run at 4, makes one node NotReady, shows the operator replacing the
-lost worker and shrinking to what fits, restores the node, shows it growing back, and prints a
-timeline with the reaction time of each step.
+By default the pods really train (``llm_testbed.demo_training``). ``--fake-nodes`` runs the operator-only
+story here: a local cluster of fake p5.48xlarge nodes whose pods run nothing, an elastic job (min 2, max 4)
+that runs at 4, one node NotReady, the operator replacing the lost worker and shrinking to what fits, the
+node restored, the job growing back, and a timeline with the reaction time of each step.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl
 from llm_testbed.localcluster.waiting import poll
 
-CLUSTER = "llmjob-demo"
+CLUSTER = "llmjob-demo"  # the fake-node story's cluster (pods run nothing)
 JOB = "llama-demo"
 NAMESPACE = "default"
 STEP_TIMEOUT = 90.0
@@ -93,10 +93,19 @@ def _running_at(kube: Kubectl, size: int) -> bool:
     return s.get("phase") == "Running" and s.get("readyReplicas") == size and s.get("targetReplicas") == size
 
 
-def _start_operator(log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "llm_operator.cli", "operator", "--standalone", "--all-namespaces"]
+def start_operator(log: Path) -> subprocess.Popen[bytes]:
+    """`llmjob operator --all-namespaces`, as README says (peering created when missing)."""
+    argv = [sys.executable, "-m", "llm_operator.cli", "operator", "--all-namespaces"]
     argv += ["--metrics-port", "0", "--liveness-port", "0"]
     return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=dict(os.environ))
+
+
+def stop_operator(operator: subprocess.Popen[bytes]) -> None:
+    operator.terminate()
+    try:
+        operator.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        operator.kill()
 
 
 def _fsx_volume() -> list[dict[str, Any]]:
@@ -129,7 +138,15 @@ def _fsx_volume() -> list[dict[str, Any]]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Run the story; returns the exit code."""
+    """Run the chosen story; returns the exit code."""
+    if not args.fake_nodes:
+        from llm_testbed import demo_training
+
+        return demo_training.run(args)
+    return _run_fake_nodes(args)
+
+
+def _run_fake_nodes(args: argparse.Namespace) -> int:
     cluster = LocalCluster(CLUSTER)
     print(f">> 1/6 local control plane `{CLUSTER}` with {args.nodes} fake p5.48xlarge nodes", flush=True)
     cluster.up(gpu_nodes=args.nodes, cpu_nodes=1)
@@ -137,7 +154,7 @@ def run_demo(args: argparse.Namespace) -> int:
     kube = cluster.kube
     log = cluster.logs_dir / "demo-operator.log"
     print(f">> 2/6 operator (log: {log})", flush=True)
-    operator = _start_operator(log)
+    operator = start_operator(log)
     try:
         return _story(cluster, kube, args)
     except Exception as exc:
@@ -147,11 +164,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         return 1
     finally:
-        operator.terminate()
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
+        stop_operator(operator)
         if args.keep:
             print(
                 f">> kept: export KUBECONFIG={cluster.kubeconfig}"

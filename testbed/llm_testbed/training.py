@@ -26,9 +26,10 @@ CHECKPOINT_SUBDIR = "checkpoints/smoke"
 SEQ_LEN = 128  # the example's --seq-len
 SEED = 1234  # the trainer's default --seed
 _WORDS = (
-    "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jolly fat zebras and"
-    " many nodes fail but training goes on from the newest step with every sample seen exactly once"
-).split()
+    *("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards"),
+    *("quietly", "hex", "jolly", "fat", "zebras", "and", "many", "nodes", "fail", "but", "training"),
+    *("goes", "on", "from", "the", "newest", "step", "with", "every", "sample", "seen", "exactly", "once"),
+)
 
 
 def shared_volume(pv_name: str, namespace: str) -> list[dict[str, Any]]:
@@ -63,7 +64,7 @@ def shared_volume(pv_name: str, namespace: str) -> list[dict[str, Any]]:
 def write_corpus(folder: Path, documents: int = 4, words: int = 6000, seed: int = 7) -> list[Path]:
     """Deterministic plain-text documents (enough tokens for a few thousand samples of 128)."""
     folder.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 (a reproducible corpus, not a secret)
     files = []
     for i in range(documents):
         path = folder / f"doc-{i}.txt"

@@ -50,6 +50,13 @@ def test_restart_with_replay_is_measured() -> None:
     assert "training paused 20.0s, 2 step(s) replayed, no sample lost or repeated" in result.summary()
 
 
+def test_restart_before_any_checkpoint_replays_from_step_one() -> None:
+    log = [rec(1), rec(2), rec(3), rec(1, restart=1, world=1, t=9.0), rec(2, 1, 1, 10.0)]
+    result = audit(log, ORDER)
+    assert result.ok, result.problems
+    assert [(i.resumed_from, i.replayed) for i in result.interruptions] == [(0, 3)]
+
+
 def test_live_world_size_change_counts_without_replay() -> None:
     log = [rec(s) for s in range(1, 5)] + [rec(s, world=3, t=s + 1.5) for s in range(5, 8)]
     result = audit(log, ORDER)
@@ -64,7 +71,7 @@ def test_live_world_size_change_counts_without_replay() -> None:
         ([], "no step was recorded"),
         ([rec(1), rec(2), rec(4)], "not consecutive"),
         ([rec(1), rec(2), rec(4, restart=1, resumed=3)], "past step 2"),
-        ([rec(1), rec(2), rec(1, restart=1)], "from scratch"),
+        ([rec(1), rec(2), rec(2, restart=1)], "trained step 2 first"),
         ([rec(1), rec(2), rec(4, restart=1, resumed=2)], "trained step 4 first"),
         ([rec(1), {**rec(2), "sample_start": 5}], "trained positions"),
         ([rec(1), {**rec(2), "samples_crc32": 1}], "other samples"),

@@ -5,8 +5,9 @@ those records back and checks the promise the trainer makes across every interru
 
 - each step trained exactly its own global batch: stream positions ``[(s-1)B, sB)`` and, when the data order
   is given, exactly those sample ids (CRC-32 of the ids);
-- a trainer run (one ``restart`` value) continues right after the checkpoint or snapshot it resumed from, and
-  that step is never past what the previous run completed (nothing skipped); steps after it are replayed;
+- a trainer run (one ``restart`` value) continues right after the checkpoint or snapshot it resumed from (or
+  from step 1 when none existed yet), and that step is never past what the previous run completed (nothing
+  skipped); steps after it are replayed;
 - every step from 1 to the last appears.
 
 It also measures each interruption (a new run, or a world-size change inside one): how long training paused
@@ -120,10 +121,8 @@ def audit(records: Sequence[dict[str, Any]], order: GlobalOrder | None = None) -
         if index == 0:
             continue
         previous, first = runs[index - 1][-1], run[0]
-        resumed = first.get("resumed_from")
-        if resumed is None:
-            out.problems.append(f"run {index} started from scratch after step {previous['step']}")
-            continue
+        # No checkpoint yet: the run starts over from the initial state, i.e. it resumed from "step 0".
+        resumed = first.get("resumed_from") or 0
         if int(first["step"]) != int(resumed) + 1:
             out.problems.append(
                 f"run {index} resumed from step {resumed} but trained step {first['step']} first"

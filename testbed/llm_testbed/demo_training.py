@@ -1,0 +1,170 @@
+"""`llmjob demo` (`make demo`): real training through a node loss, on one machine.
+
+A local cluster whose pods run as processes (the pod runner) with 3 fake p5.48xlarge nodes; the operator
+started as users start it; the shipped CPU smoke job (tiny model, etcd-v3 rendezvous pod, shared volume) at
+min 2 / max 3. It trains at world size 3, one node is lost (NotReady: its processes die at once), the
+survivors resume at 2 from the newest checkpoint, the node returns and the job grows back to 3. The closing
+line says what the failure cost, from the trainer's own step log (``llm_trainer.accounting``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+from llm_operator import labels
+
+from llm_testbed import training
+from llm_testbed.demo import Timeline, start_operator, stop_operator
+from llm_testbed.localcluster import chaos
+from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster.kubectl import Kubectl
+
+CLUSTER = "llmjob-demo-train"
+JOB = "llama-demo"
+NAMESPACE = "demo"
+PV = "demo-shared"
+STEP_TIMEOUT = 240.0
+
+
+class Progress:
+    """Waits on the trainer's step log, printing a line every few steps so the run is visible."""
+
+    def __init__(self, cluster: LocalCluster, timeline: Timeline) -> None:
+        self.volume = cluster.volume_dir(PV)
+        self.timeline = timeline
+        self.printed = 0
+
+    def records(self) -> list[dict[str, Any]]:
+        return training.records(self.volume)
+
+    def wait(self, what: str, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while True:
+            records = self.records()
+            for r in records:
+                if r["step"] > self.printed and (r["step"] % 10 == 0 or r["step"] == 1):
+                    print(
+                        f"           step {r['step']:4d}  loss {r['loss']:.3f}  world size {r['world_size']}"
+                    )
+                    self.printed = r["step"]
+            if done(records):
+                return records
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {STEP_TIMEOUT:.0f}s waiting for {what}")
+            time.sleep(0.5)
+
+    def steps_at(self, what: str, world: int, count: int, after: float) -> dict[str, Any]:
+        """Wait for ``count`` steps at ``world`` after wall time ``after``; return the first of them."""
+        records = self.wait(
+            what, lambda rs: sum(r["world_size"] == world and r["time"] > after for r in rs) >= count
+        )
+        first = next(r for r in records if r["world_size"] == world and r["time"] > after)
+        return first
+
+
+def _worker(kube: Kubectl, index: int) -> dict[str, Any] | None:
+    name = f"{JOB}-worker-{index}"
+    pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NAMESPACE)
+    return next((p for p in pods if p["metadata"]["name"] == name), None)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the story; returns the exit code."""
+    cluster = LocalCluster(CLUSTER)
+    print(
+        f">> 1/6 local cluster `{CLUSTER}`: 3 fake p5.48xlarge nodes whose pods run as processes", flush=True
+    )
+    cluster.up(gpu_nodes=3, cpu_nodes=1, run_pods=True)
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    log = cluster.logs_dir / "demo-operator.log"
+    print(f">> 2/6 operator: llmjob operator --all-namespaces (log: {log})", flush=True)
+    operator = start_operator(log)
+    try:
+        return _story(cluster, args)
+    except Exception as exc:
+        print(f"demo failed: {exc}\n--- operator log (tail) ---\n{log.read_text(errors='replace')[-3000:]}",
+              file=sys.stderr)  # fmt: skip
+        print(f"pod logs: {cluster.podrunner_dir / 'logs'}", file=sys.stderr)
+        return 1
+    finally:
+        stop_operator(operator)
+        if args.keep:
+            print(f">> kept: export KUBECONFIG={cluster.kubeconfig}; `llmjob cluster down --name {CLUSTER}`")
+        else:
+            print(">> tearing down the demo cluster (use --keep to keep it)", flush=True)
+            cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--wait=true", check=False)
+            cluster.down()
+
+
+def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
+    kube = cluster.kube
+    volume = cluster.volume_dir(PV)
+    print(f">> 3/6 shared volume (one host folder, like FSx): token shards in {volume}", flush=True)
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+    cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    cluster.kubectl("delete", "pvc", training.CLAIM, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    cluster.kubectl("delete", "pv", PV, "--ignore-not-found", "--wait=true")
+    for sub in (training.CHECKPOINT_SUBDIR, training.DATA_SUBDIR):
+        _remove_tree(volume / sub)
+    training.prepare_data(volume)
+    kube.apply(training.shared_volume(PV, NAMESPACE))
+
+    tl = Timeline()
+    progress = Progress(cluster, tl)
+    job = training.training_job(JOB, NAMESPACE, minimum=2, maximum=3, steps=100000, checkpoint_every=10)
+    print(f">> 4/6 apply LLMTrainingJob {JOB}: tiny Llama, min 2, max 3, etcd-v3, checkpoint every 10 steps")
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
+    tl.mark("job applied")
+    first = progress.steps_at("the first steps at world size 3", 3, 1, 0.0)
+    tl.mark("training at world size 3", f"step 1 loss {first['loss']:.3f}")
+    progress.steps_at("20 steps at world size 3", 3, 20, 0.0)
+
+    victim = _worker(kube, 1)
+    if victim is None:
+        raise RuntimeError(f"{JOB}-worker-1 not found")
+    node = victim["spec"]["nodeName"]
+    print(f">> 5/6 node {node} is lost (NotReady): {JOB}-worker-1's processes die with it", flush=True)
+    before = progress.records()[-1]
+    chaos.node_not_ready(node, kube=kube, wait=False)
+    t_lost = tl.mark(f"node {node} lost", f"last step {before['step']}")
+    resumed = progress.steps_at("the survivors to resume at world size 2", 2, 1, before["time"])
+    tl.mark(
+        "survivors resumed at world size 2",
+        f"{time.monotonic() - t_lost:.1f}s; resumed from checkpoint step {resumed['resumed_from']}",
+    )
+    progress.steps_at("10 steps at world size 2", 2, 10, before["time"])
+    chaos.node_ready(node, kube=kube)
+    back = progress.records()[-1]
+    t_back = tl.mark(f"node {node} Ready again")
+    grown = progress.steps_at("the replacement to join at world size 3", 3, 1, back["time"])
+    tl.mark("replacement joined: world size 3", f"{time.monotonic() - t_back:.1f}s after the node returned")
+    progress.steps_at("10 steps at world size 3", 3, 10, grown["time"] - 0.001)
+
+    from llm_trainer.accounting import audit
+
+    result = audit(progress.records(), training.sample_order(volume))
+    print("\n>> 6/6 timeline\n")
+    print(tl.table())
+    print("\n$ kubectl get llmjob -n demo")
+    print(cluster.kubectl("get", "llmjob", JOB, "-n", NAMESPACE).stdout)
+    print("what the failures cost (from metrics.jsonl): " + result.summary())
+    for i in result.interruptions:
+        print(
+            f"  world {i.world_before} -> {i.world_after}: paused {i.paused_s:.1f}s,"
+            f" {i.replayed} step(s) replayed (last step {i.last_step}, resumed from {i.resumed_from})"
+        )
+    for problem in result.problems:
+        print(f"  PROBLEM: {problem}")
+    return 0 if result.ok else 1
+
+
+def _remove_tree(path: Any) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,232 @@
+"""The whole chain for real: the operator (as users start it) makes pods, the pod runner runs them as
+processes, torchrun rendezvous through the operator's rendezvous pod, and the trainer trains.
+
+Each test checks training itself: the job's ``metrics.jsonl`` on the shared volume must show the world
+sizes the story implies, and ``llm_trainer.accounting.audit`` must find no sample skipped and none repeated
+beyond a replay after a checkpoint. The cluster is ``process_cluster`` (2 fake p5.48xlarge nodes + 1 CPU
+node); a job of 8 fake GPUs per worker puts one worker on each p5 node, so losing a node shrinks it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from llm_operator import labels
+from llm_testbed import training
+from llm_testbed.localcluster import chaos
+from llm_testbed.localcluster.cluster import LocalCluster
+from llm_trainer.accounting import Audit, audit
+from support.wait import wait_for
+
+from .conftest import PeeredOperatorProcess
+
+pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)]
+
+JOB = "train"
+STEP_TIMEOUT = 240.0  # first steps include process start, torch import and rendezvous on a loaded 2-core box
+EVERY = 10  # checkpoint interval of the test jobs
+
+
+class Training:
+    """One job's world: the cluster, the namespace, its shared volume, its operator."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, operator: PeeredOperatorProcess) -> None:
+        self.cluster, self.ns, self.operator = cluster, namespace, operator
+        self.pv = f"pv-{namespace}"
+        self.volume = cluster.volume_dir(self.pv)
+
+    def setup_volume(self) -> None:
+        training.prepare_data(self.volume)
+        self.cluster.kube.apply(training.shared_volume(self.pv, self.ns))
+
+    def apply(self, job: dict[str, Any]) -> None:
+        self.cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=yaml.safe_dump(job))
+
+    def status(self) -> dict[str, Any]:
+        obj = self.cluster.kube.get("llmtrainingjob", JOB, self.ns) or {}
+        s: dict[str, Any] = obj.get("status") or {}
+        return s
+
+    def workers(self) -> list[dict[str, Any]]:
+        return self.cluster.kube.items(
+            "pods", "--selector", f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=self.ns
+        )
+
+    def records(self) -> list[dict[str, Any]]:
+        return training.records(self.volume)
+
+    def wait_steps(self, what: str, *, world: int, count: int, after: float = 0.0) -> list[dict[str, Any]]:
+        """Wait until ``count`` steps at world size ``world`` completed after wall time ``after``."""
+
+        def done() -> list[dict[str, Any]] | None:
+            hits = [r for r in self.records() if r["world_size"] == world and r["time"] > after]
+            return hits if len(hits) >= count else None
+
+        try:
+            found: list[dict[str, Any]] = wait_for(done, STEP_TIMEOUT, what, interval=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.diagnostics()}") from None
+        return found
+
+    def audit(self) -> Audit:
+        result = audit(self.records(), training.sample_order(self.volume))
+        assert result.ok, f"{result.problems}\n{self.diagnostics()}"
+        return result
+
+    def diagnostics(self) -> str:
+        tail = [f"{r['step']}@{r['world_size']}/r{r['restart']}" for r in self.records()[-12:]]
+        logs = []
+        for pod in self.workers():
+            name = pod["metadata"]["name"]
+            path = self.cluster.pod_log(self.ns, name)
+            if path.is_file():
+                logs.append(f"--- {name} ---\n{path.read_text(errors='replace')[-2500:]}")
+        return (
+            f"status: {self.status()}\nlast records: {tail}\n"
+            + "\n".join(logs)
+            + f"\n--- operator ---\n{self.operator.logs()[-3000:]}"
+        )
+
+    def worker_on(self, index: int) -> dict[str, Any]:
+        pod = next(p for p in self.workers() if p["metadata"]["name"] == f"{JOB}-worker-{index}")
+        return pod
+
+
+@pytest.fixture
+def train(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[Training]:
+    """A namespace with a shared volume of prepared data and the operator started as the README does."""
+    operator = PeeredOperatorProcess(process_namespace, tmp_path, ["--namespace", process_namespace], [], {})
+    world = Training(process_cluster, process_namespace, operator)
+    world.setup_volume()
+    operator.start()
+    try:
+        yield world
+    finally:
+        process_cluster.kubectl("delete", "llmtrainingjob", "--all", "-n", process_namespace,
+                                "--wait=true", "--timeout=60s", check=False)  # fmt: skip
+        operator.stop()
+        process_cluster.kubectl("delete", "pv", world.pv, "--wait=false", check=False)
+        shutil.rmtree(world.volume, ignore_errors=True)
+
+
+def _lost_node_story(t: Training, lose: Callable[[str], None], restore: Callable[[str], None]) -> Audit:
+    """Run at 2, lose worker-1's node, the survivor resumes at 1, the node returns, grow back to 2."""
+    t.wait_steps("a checkpoint and 3 more steps at world size 2", world=2, count=EVERY + 3)
+    survivor = t.worker_on(0)
+    victim = t.worker_on(1)
+    node = victim["spec"]["nodeName"]
+    lose(node)
+    lost_at = t.records()[-1]["time"]
+    t.wait_steps("the survivor to resume at world size 1", world=1, count=3, after=lost_at)
+    assert t.worker_on(0)["metadata"]["uid"] == survivor["metadata"]["uid"], "the survivor's pod stays"
+    restore(node)
+    back_at = t.records()[-1]["time"]
+    t.wait_steps("grow back to world size 2", world=2, count=3, after=back_at)
+    result = t.audit()
+    sizes = [(i.world_before, i.world_after) for i in result.interruptions]
+    assert (2, 1) in sizes and (1, 2) in sizes, sizes
+    assert all(i.replayed < EVERY and i.resumed_from > 0 for i in result.interruptions), result.interruptions
+    print(result.summary())
+    return result
+
+
+def test_node_not_ready_survivor_resumes_and_grows_back_etcd(train: Training) -> None:
+    """NotReady (grace 0): the lost worker's processes die with the node, the survivor resumes, grow back."""
+    train.apply(training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=5000, backend="etcd-v3"))
+    kube = train.cluster.kube
+    _lost_node_story(
+        train,
+        lambda node: chaos.node_not_ready(node, kube=kube, wait=False),
+        lambda node: chaos.node_ready(node, kube=kube),
+    )
+
+
+def test_node_deleted_survivor_resumes_and_grows_back_c10d(train: Training) -> None:
+    """The Node object deleted (instance gone), c10d rendezvous pod; a new node of the same name returns."""
+    train.apply(training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=5000, backend="c10d"))
+    kube = train.cluster.kube
+    _lost_node_story(
+        train,
+        lambda node: chaos.delete_node(node, kube=kube, wait=False),
+        lambda node: chaos.add_node(node, kube=kube),
+    )
+
+
+def test_termination_taint_stops_gracefully_without_replay(train: Training) -> None:
+    """A Karpenter disruption taint: the operator deletes the worker gracefully, the trainer checkpoints on
+    SIGTERM, the survivor resumes from exactly the last step (nothing replayed); grows back once cleared."""
+    train.apply(training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=5000))
+    kube = train.cluster.kube
+    result = _lost_node_story(
+        train,
+        lambda node: chaos.taint_for_termination(node, "karpenter", kube=kube),
+        lambda node: chaos.clear_termination(node, "karpenter", kube=kube),
+    )
+    shrink = next(i for i in result.interruptions if (i.world_before, i.world_after) == (2, 1))
+    assert shrink.replayed == 0, result.interruptions
+
+
+def test_scale_down_up_suspend_resume(train: Training) -> None:
+    """`kubectl scale` to 1 and back to 2, then suspend (no pods) and resume: training continues each time."""
+    c, ns = train.cluster, train.ns
+    train.apply(training.training_job(JOB, ns, minimum=1, maximum=2, steps=5000))
+    train.wait_steps("3 steps at world size 2", world=2, count=3)
+    c.kubectl("scale", f"llmtrainingjob/{JOB}", "-n", ns, "--replicas=1")
+    mark = train.records()[-1]["time"]
+    train.wait_steps("3 steps at world size 1 after scale down", world=1, count=3, after=mark)
+    c.kubectl("scale", f"llmtrainingjob/{JOB}", "-n", ns, "--replicas=2")
+    mark = train.records()[-1]["time"]
+    train.wait_steps("3 steps at world size 2 after scale up", world=2, count=3, after=mark)
+
+    c.kubectl("patch", f"llmtrainingjob/{JOB}", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: not train.workers() and train.status().get("phase") == "Suspended", 120, "suspended")
+    stopped = train.records()[-1]
+    c.kubectl("patch", f"llmtrainingjob/{JOB}", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    resumed = train.wait_steps(
+        "3 steps at world size 2 after resume", world=2, count=3, after=stopped["time"]
+    )
+    assert resumed[0]["resumed_from"] == stopped["step"], "suspend checkpoints on SIGTERM: nothing replayed"
+    result = train.audit()
+    assert len(result.interruptions) >= 4, result.interruptions
+    assert all(i.replayed == 0 for i in result.interruptions), "scale and suspend stop gracefully"
+
+
+def test_shipped_smoke_example_trains_to_success(
+    process_cluster: LocalCluster, process_namespace: str, tmp_path: Path
+) -> None:
+    """deploy/examples/smoke-cpu.yaml with its volume from deploy/examples/smoke-volume/, as a user applies
+    them (at 2 replicas: the 2-core test machine), trains its 200 steps and the job Succeeds."""
+    c, ns = process_cluster, process_namespace
+    operator = PeeredOperatorProcess(ns, tmp_path, ["--namespace", ns], [], {})
+    volume = c.volume_dir("smoke-shared")
+    shutil.rmtree(volume, ignore_errors=True)
+    training.prepare_data(volume)
+    operator.start()
+    try:
+        c.kubectl("apply", "-n", ns, "-f", str(Path("deploy/examples/smoke-volume/volume.yaml").resolve()))
+        job = training.example_job()
+        job["spec"]["replicas"] = 2
+        c.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(job))
+
+        def finished() -> dict[str, Any] | None:
+            s = (c.kube.get("llmtrainingjob", "smoke", ns) or {}).get("status") or {}
+            return s if s.get("phase") in ("Succeeded", "Failed") else None
+
+        status = wait_for(finished, 480, "the smoke job to finish", interval=1.0)
+        assert status["phase"] == "Succeeded", f"{status}\n{operator.logs()[-3000:]}"
+        records = training.records(volume)
+        result = audit(records, training.sample_order(volume))
+        assert result.ok, result.problems
+        assert result.steps == 200 and {r["world_size"] for r in records} == {2}
+        assert records[-1]["loss"] < records[0]["loss"], "the model learns"
+    finally:
+        c.kubectl("delete", "llmtrainingjob", "smoke", "-n", ns, "--wait=true", "--timeout=60s", check=False)
+        operator.stop()
+        c.kubectl("delete", "pvc", "smoke-shared", "-n", ns, "--wait=false", check=False)
+        c.kubectl("delete", "pv", "smoke-shared", "--wait=false", check=False)
+        shutil.rmtree(volume, ignore_errors=True)
