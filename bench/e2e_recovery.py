@@ -1,0 +1,150 @@
+"""End-to-end recovery with the real operator and real training on the local cluster (pod runner).
+
+A job of min 1 / max 2 workers (tiny model, one worker per fake p5 node) trains; each round makes the node of
+worker-1 NotReady (its processes die at once), waits for the survivor's first step at world size 1, brings
+the node back, and waits for the first step at world size 2 again. Printed per round and as p50/p99:
+
+- lost → resumed: node lost → first step completed after it (detection, operator, torchrun re-rendezvous,
+  process restart, checkpoint load);
+- replacement → full size: replacement pod created → first step at world size 2;
+- steps replayed per loss (from the trainer's own step log, ``llm_trainer.accounting``).
+
+    python bench/e2e_recovery.py --rounds 10 [--backend etcd-v3|c10d] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from llm_operator import labels
+from llm_testbed import training
+from llm_testbed.demo import start_operator, stop_operator
+from llm_testbed.localcluster import chaos
+from llm_testbed.localcluster.cluster import LocalCluster
+from llm_trainer.accounting import audit
+
+NS = "bench"
+JOB = "bench"
+PV = "bench-shared"
+TIMEOUT = 300.0
+
+
+def wait(what: str, fn: Any, timeout: float = TIMEOUT) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--backend", default="etcd-v3", choices=["etcd-v3", "c10d"])
+    parser.add_argument("--keep", action="store_true", help="keep the cluster")
+    args = parser.parse_args()
+
+    cluster = LocalCluster("llmjob-bench-e2e")
+    cluster.up(gpu_nodes=2, cpu_nodes=1, run_pods=True)
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    kube = cluster.kube
+    volume = cluster.volume_dir(PV)
+    operator = start_operator(cluster.logs_dir / "bench-operator.log")
+    try:
+        cluster.kubectl("create", "namespace", NS, check=False)
+        cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--ignore-not-found", "--wait=true")
+        cluster.kubectl("delete", "pvc", training.CLAIM, "-n", NS, "--ignore-not-found", "--wait=true")
+        cluster.kubectl("delete", "pv", PV, "--ignore-not-found", "--wait=true")
+        subprocess.run(["rm", "-rf", str(volume)], check=True)
+        training.prepare_data(volume)
+        kube.apply(training.shared_volume(PV, NS))
+        job = training.training_job(JOB, NS, minimum=1, maximum=2, steps=10**6, backend=args.backend)
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
+
+        def steps_after(world: int, after: float, count: int = 1) -> dict[str, Any] | None:
+            hits = [r for r in training.records(volume) if r["world_size"] == world and r["time"] > after]
+            return hits[0] if len(hits) >= count else None
+
+        wait("12 steps at world size 2", lambda: steps_after(2, 0.0, 12))
+        lost_s: list[float] = []
+        join_s: list[float] = []
+        print(f"{'round':>5}  {'lost -> resumed':>15}  {'replacement -> full size':>24}", flush=True)
+        for rnd in range(1, args.rounds + 1):
+            pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
+            victim = next(p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-1")
+            node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
+            t_lost = time.time()
+            chaos.node_not_ready(node, kube=kube, wait=False)
+            first = wait("the survivor's first step", lambda t=t_lost: steps_after(1, t))
+            lost_s.append(first["time"] - t_lost)
+            chaos.node_ready(node, kube=kube)
+
+            def replacement(uid: str = old_uid) -> dict[str, Any] | None:
+                found = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
+                return next(
+                    (
+                        p
+                        for p in found
+                        if p["metadata"]["name"] == f"{JOB}-worker-1" and p["metadata"]["uid"] != uid
+                    ),
+                    None,
+                )
+
+            pod = wait("the replacement pod", replacement)
+            created = _epoch(pod["metadata"]["creationTimestamp"])
+            full = wait("the first step at world size 2", lambda c=created: steps_after(2, c))
+            join_s.append(full["time"] - created)
+            print(f"{rnd:5d}  {lost_s[-1]:14.1f}s  {join_s[-1]:23.1f}s", flush=True)
+            wait("3 steps at full size", lambda t=full["time"]: steps_after(2, t - 0.001, 3))
+
+        result = audit(training.records(volume), training.sample_order(volume))
+        replayed = [i.replayed for i in result.interruptions if i.world_after < i.world_before]
+        print(f"\nbackend {args.backend}, {args.rounds} losses, 2-vCPU machine")
+        print(
+            f"node lost -> first step after resume: p50 {statistics.median(lost_s):.1f}s"
+            f" p99 {pct(lost_s, 0.99):.1f}s"
+        )
+        print(
+            f"replacement created -> first step at full size: p50 {statistics.median(join_s):.1f}s"
+            f" p99 {pct(join_s, 0.99):.1f}s"
+        )
+        print(
+            f"steps replayed per loss: mean {statistics.mean(replayed or [0]):.1f},"
+            f" max {max(replayed or [0])}"
+        )
+        print("sample accounting: " + result.summary())
+        return 0 if result.ok else 1
+    finally:
+        stop_operator(operator)
+        if not args.keep:
+            cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
+            cluster.down()
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.exit(main())
