@@ -20,6 +20,8 @@ class Settings:
     """Image of the operator-managed etcd rendezvous server."""
     rendezvous_node_selector: dict[str, str] = field(default_factory=dict)
     """Node selector for rendezvous servers (keep them off GPU nodes)."""
+    kueue: bool = True
+    """Kueue admission for jobs with a kueue.x-k8s.io/queue-name label (LLMJOB_KUEUE=false turns it off)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -40,4 +42,11 @@ class Settings:
         return cls(
             rendezvous_image=env.get("LLMJOB_RENDEZVOUS_IMAGE") or DEFAULT_RENDEZVOUS_IMAGE,
             rendezvous_node_selector=selector,
+            kueue=kueue_enabled(env),
         )
+
+
+def kueue_enabled(environ: dict[str, str] | None = None) -> bool:
+    """LLMJOB_KUEUE: anything but false/0/no/off (case-insensitive) keeps Kueue support on."""
+    env = dict(os.environ) if environ is None else environ
+    return env.get("LLMJOB_KUEUE", "true").strip().lower() not in ("false", "0", "no", "off")
