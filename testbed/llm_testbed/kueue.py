@@ -91,24 +91,15 @@ def make_certs(folder: Path) -> dict[str, bytes]:
     ca_key, ca_crt = folder / "ca.key", folder / "ca.crt"
     key, csr, crt = folder / "tls.key", folder / "tls.csr", folder / "tls.crt"
     ext = folder / "san.ext"
+    # PKCS#1 keys: Kueue's rotator parses the CA key with x509.ParsePKCS1PrivateKey.
+    _openssl("genrsa", "-traditional", "-out", str(ca_key), "2048")
+    _openssl("genrsa", "-traditional", "-out", str(key), "2048")
     _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/O=kueue/CN=kueue-ca",
+        "req", "-x509", "-key", str(ca_key), "-days", "3650", "-subj", "/O=kueue/CN=kueue-ca",
         "-addext", "subjectAltName=DNS:kueue-ca", "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,digitalSignature",
-        "-keyout", str(ca_key), "-out", str(ca_crt),
+        "-addext", "keyUsage=critical,keyCertSign,digitalSignature", "-out", str(ca_crt),
     )  # fmt: skip
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        f"/CN={SERVICE}",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-    )
+    _openssl("req", "-new", "-key", str(key), "-subj", f"/CN={SERVICE}", "-out", str(csr))
     ext.write_text(
         f"subjectAltName=DNS:{SERVICE}.{NAMESPACE}.svc,DNS:localhost,IP:127.0.0.1\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -173,12 +164,17 @@ def configuration(port: int, cert_dir: Path) -> dict[str, Any]:
         "metrics": {"bindAddress": "0"},
         "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
+        # The visibility API server needs in-cluster delegated authentication: not available to a
+        # local process (Kueue exits when it cannot start it).
+        "featureGates": {"VisibilityOnDemand": False},
         "internalCertManagement": {
             "enable": True,
             "webhookServiceName": SERVICE,
             "webhookSecretName": SECRET,
         },
-        "integrations": {"frameworks": []},
+        # An empty list is defaulted to batch/job; name it: Kueue manages Jobs only with a queue label
+        # (and, without its job webhooks registered here, only after they were created).
+        "integrations": {"frameworks": ["batch/job"]},
     }
 
 
