@@ -136,6 +136,10 @@ class KueueSync:
         if active == job.spec.suspend:  # suspend/resume goes through Kueue: deactivate, reactivate
             await self._patch(body, {"spec": {"active": not job.spec.suspend}}, status=False)
         verdict = read(body)
+        if verdict.state == "Queued" and verdict.requested != job.desired_replicas:
+            # Scaled while waiting: podSets may change until quota is reserved (then they are immutable).
+            podsets = workload(job, job.desired_replicas)["spec"]["podSets"]
+            await self._patch(body, {"spec": {"podSets": podsets}}, status=False)
         if verdict.admitted:
             await self._placement(verdict.flavors)
         return verdict

@@ -32,10 +32,22 @@ def kueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[lo
 
 
 @pytest.fixture
-def queues(kueue: local_kueue.Kueue, namespace: str) -> local_kueue.Kueue:
-    """ResourceFlavor, ClusterQueue (32 GPUs) and a LocalQueue in the test's namespace, all Active."""
+def queues(cluster: Any, kueue: local_kueue.Kueue, namespace: str) -> Iterator[local_kueue.Kueue]:
+    """ResourceFlavor, ClusterQueue (32 GPUs) and a LocalQueue in the test's namespace, all Active.
+
+    Afterwards the test's Workloads are deleted and the quota is seen free again, so the next test
+    starts with the whole ClusterQueue (namespace deletion alone is asynchronous).
+    """
     kueue.set_up_queues(namespace)
-    return kueue
+    yield kueue
+    cluster.kubectl("delete", "llmtrainingjobs", "--all", "-n", namespace, "--wait=false", check=False)
+    cluster.kubectl("delete", "workloads.kueue.x-k8s.io", "--all", "-n", namespace, check=False)
+
+    def quota_free() -> bool:
+        cq = cluster.kube.get("clusterqueue", local_kueue.CLUSTER_QUEUE) or {}
+        return (cq.get("status") or {}).get("reservingWorkloads", 0) == 0
+
+    wait_for(quota_free, TIMEOUT, "ClusterQueue without reserving Workloads")
 
 
 def kueue_job(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
@@ -55,6 +67,21 @@ def admitted(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
 def running_at(cluster: Any, namespace: str, name: str, size: int) -> bool:
     s = status(cluster, namespace, name)
     return s.get("phase") == "Running" and s.get("readyReplicas") == size
+
+
+def wait_running(cluster: Any, namespace: str, name: str, size: int, what: str) -> None:
+    """Wait until the job runs ``size`` ready workers; on a timeout say where it and its Workload stand."""
+    try:
+        wait_for(lambda: running_at(cluster, namespace, name, size), TIMEOUT, what)
+    except BaseException:
+        print("job status:", status(cluster, namespace, name))
+        print("workload status:", workload(cluster, namespace, name).get("status"))
+        print(
+            "cluster queue status:",
+            (cluster.kube.get("clusterqueue", local_kueue.CLUSTER_QUEUE) or {}).get("status"),
+        )
+        print(cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-A", check=False).stdout)
+        raise
 
 
 def workload(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -82,7 +109,7 @@ def test_quota_partial_admission_and_release(
     wait_gpus_free(cluster)
     # first: 3 nodes of the 4 the quota holds, admitted at its desired size.
     assert apply(cluster, kueue_job(namespace, "first", minReplicas=2, maxReplicas=3)).returncode == 0
-    wait_for(lambda: running_at(cluster, namespace, "first", 3), TIMEOUT, "first Running at 3")
+    wait_running(cluster, namespace, "first", 3, "first Running at 3")
     cond = admitted(cluster, namespace, "first")
     assert cond["status"] == "True" and "admitted 3 of 3" in cond["message"], cond
     wl = workload(cluster, namespace, "first")
@@ -100,12 +127,19 @@ def test_quota_partial_admission_and_release(
     )
     # third fits partially: 1 of 2 (minReplicas 1) in the node left (partial admission).
     assert apply(cluster, kueue_job(namespace, "third", minReplicas=1, maxReplicas=2)).returncode == 0
-    wait_for(lambda: running_at(cluster, namespace, "third", 1), TIMEOUT, "third Running at 1")
+    wait_running(cluster, namespace, "third", 1, "third Running at 1")
     cond = admitted(cluster, namespace, "third")
     assert "admitted 1 of 2 workers (partial admission)" in cond["message"], cond
     assert live_workers(cluster, namespace, "second") == []
     assert status(cluster, namespace, "second")["phase"] == "Queued"
-    # first finishes: its Workload is marked Finished, the quota goes to second (3 nodes free: 3 of 4).
+    # scaled while queued: the Workload asks for the new size (podSets are mutable until admitted).
+    cluster.kubectl("scale", "llmtrainingjob", "second", "-n", namespace, "--replicas=3")
+    wait_for(
+        lambda: workload(cluster, namespace, "second")["spec"]["podSets"][0]["count"] == 3,
+        TIMEOUT,
+        "second's Workload resized to 3 while queued",
+    )
+    # first finishes: its Workload is marked Finished, the quota goes to second (3 nodes free).
     for pod in live_workers(cluster, namespace, "first"):
         chaos.fail_pod(namespace, pod["metadata"]["name"], 0, kube=cluster.kube)
     wait_for(
@@ -127,7 +161,7 @@ def test_quota_partial_admission_and_release(
     wait_for(
         lambda: running_at(cluster, namespace, "second", 3), TIMEOUT, "second Running at 3 after release"
     )
-    assert "admitted 3 of 4 workers (partial admission)" in admitted(cluster, namespace, "second")["message"]
+    assert admitted(cluster, namespace, "second")["message"] == "admitted 3 of 3 workers"
     pods = live_workers(cluster, namespace, "second")
     # the flavor's placement is on every admitted worker; the queue label is not (no per-pod admission)
     for pod in pods:
@@ -150,14 +184,14 @@ def test_preemption_stops_victim_and_requeues(
     low = kueue_job(namespace, "low", minReplicas=2, maxReplicas=4)
     low["spec"]["scheduling"]["priorityClassName"] = "llmjob-test-low"
     assert apply(cluster, low).returncode == 0
-    wait_for(lambda: running_at(cluster, namespace, "low", 4), TIMEOUT, "low Running at 4 (whole quota)")
+    wait_running(cluster, namespace, "low", 4, "low Running at 4 (whole quota)")
     victims = {p["metadata"]["uid"] for p in live_workers(cluster, namespace, "low")}
     high = kueue_job(namespace, "high", minReplicas=2, maxReplicas=2)
     high["spec"]["scheduling"]["priorityClassName"] = "llmjob-test-high"
     assert apply(cluster, high).returncode == 0
     wl = wait_for(lambda: workload(cluster, namespace, "high"), TIMEOUT, "high's Workload")
     assert wl["spec"]["priority"] == 1000
-    wait_for(lambda: running_at(cluster, namespace, "high", 2), TIMEOUT, "high Running at 2")
+    wait_running(cluster, namespace, "high", 2, "high Running at 2")
     # the victim's workers were stopped (gracefully: deleted, not forced) and it went back to the queue...
     events = (get_json(cluster, "events", "-n", namespace) or {}).get("items", [])
     about_low = [e for e in events if e["involvedObject"]["name"] == "low"]
@@ -167,7 +201,7 @@ def test_preemption_stops_victim_and_requeues(
     ]
     assert stops and not any("force" in m for m in stops), stops
     # ...and Kueue admits it again in what is left (2 nodes), partially: 2 of 4.
-    wait_for(lambda: running_at(cluster, namespace, "low", 2), TIMEOUT, "low requeued and Running at 2")
+    wait_running(cluster, namespace, "low", 2, "low requeued and Running at 2")
     now = {p["metadata"]["uid"] for p in live_workers(cluster, namespace, "low")}
     assert not now & victims, "the preempted workers were replaced by new ones"
     assert "admitted 2 of 4" in admitted(cluster, namespace, "low")["message"]
@@ -176,7 +210,7 @@ def test_preemption_stops_victim_and_requeues(
 def test_suspend_and_resume_through_kueue(cluster: Any, namespace: str, queues: Any, operator: Any) -> None:
     wait_gpus_free(cluster)
     assert apply(cluster, kueue_job(namespace, "job", minReplicas=2, maxReplicas=2)).returncode == 0
-    wait_for(lambda: running_at(cluster, namespace, "job", 2), TIMEOUT, "job Running at 2")
+    wait_running(cluster, namespace, "job", 2, "job Running at 2")
     cluster.kubectl(
         "patch", "llmtrainingjob", "job", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}'
     )
@@ -191,7 +225,7 @@ def test_suspend_and_resume_through_kueue(cluster: Any, namespace: str, queues: 
     cluster.kubectl(
         "patch", "llmtrainingjob", "job", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}'
     )
-    wait_for(lambda: running_at(cluster, namespace, "job", 2), TIMEOUT, "job admitted again and Running at 2")
+    wait_running(cluster, namespace, "job", 2, "job admitted again and Running at 2")
     assert workload(cluster, namespace, "job")["spec"]["active"] is True
 
 
@@ -201,6 +235,6 @@ def test_job_without_queue_label_has_no_workload(
     wait_gpus_free(cluster)
     doc = job_manifest("plain", namespace, minReplicas=1, maxReplicas=1, gpusPerNode=8)
     assert apply(cluster, doc).returncode == 0
-    wait_for(lambda: running_at(cluster, namespace, "plain", 1), TIMEOUT, "plain job Running")
+    wait_running(cluster, namespace, "plain", 1, "plain job Running")
     assert workload(cluster, namespace, "plain") == {}
     assert not any(c["type"] == "Admitted" for c in status(cluster, namespace, "plain")["conditions"])
