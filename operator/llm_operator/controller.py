@@ -17,6 +17,7 @@ from llm_operator.builders.desired import support_objects
 from llm_operator.builders.worker import worker_pod
 from llm_operator.expectations import Expectations
 from llm_operator.kube import Kube
+from llm_operator.kueue_sync import KueueSync
 from llm_operator.observe import NodeView, PodView, pod_view
 from llm_operator.reconcile import Plan, plan
 from llm_operator.settings import Settings
@@ -42,6 +43,9 @@ class JobController:
         """The status last written successfully."""
         self.support_generation = -1
         self.deleted = False
+        self.kueue = KueueSync(kube, settings.kueue)
+        self.workloads: Mapping[Any, Iterable[dict[str, Any]]] | None = None
+        """The operator's index of Kueue Workloads by (namespace, job); None when Kueue support is off."""
 
     def job_from(self, body: Mapping[str, Any]) -> LLMTrainingJob:
         """The job as last seen, with the status this controller wrote last (watches lag behind)."""
@@ -99,8 +103,11 @@ class JobController:
             p for key, views in pods_index.items() if key != (self.namespace, self.name) for p in views
         ]
         now = time.time()
-        decided = plan(job, mine, nodes, [*everyone, *mine], now)
+        workload = self.kueue.workload_of(self.workloads, job)
+        admission = await self.kueue.admission(job, workload)
+        decided = plan(job, mine, nodes, [*everyone, *mine], now, admission)
         await self.apply(job, decided, body, logger)
+        await self.kueue.after(job, workload, admission, mine, decided.status, time.time())
         if decided.requeue_at is None:
             return RESYNC_SECONDS
         return min(RESYNC_SECONDS, max(MIN_WAIT, decided.requeue_at - time.time()))
@@ -118,7 +125,7 @@ class JobController:
         )
         for d in decided.delete:
             self.expect.expect_deleted(d.pod.uid)
-        pods = [worker_pod(job, index, decided.attempt) for index in decided.create]
+        pods = [self.kueue.place(worker_pod(job, index, decided.attempt)) for index in decided.create]
         created = await asyncio.gather(*(self.kube.create(p) for p in pods))
         for pod, made in zip(pods, created, strict=True):
             view = pod_view(pod)

@@ -15,10 +15,11 @@ import kopf
 
 from llm_operator import labels, metrics
 from llm_operator.api.models import GROUP, PLURAL, VERSION
+from llm_operator.builders.workload import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
 from llm_operator.controller import JobController
 from llm_operator.kube import Kube, connect
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
-from llm_operator.settings import Settings
+from llm_operator.settings import Settings, kueue_enabled
 
 WORKER_LABELS = {labels.ROLE: labels.ROLE_WORKER, labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
 
@@ -135,10 +136,35 @@ async def run_job(
     try:
         pods: kopf.Index[tuple[str, str], PodView] = kwargs["worker_pods"]
         node_index: kopf.Index[str, NodeView] = kwargs["nodes"]
+        controller.workloads = kwargs.get("kueue_workloads")
         await controller.run(body, pods, node_index, stopped, logger)
     finally:
         if _controllers.get(key) is controller:
             del _controllers[key]
+
+
+def kueue_workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """Kueue Workloads made by this operator, by (namespace, job name)."""
+    job = (body.get("metadata", {}).get("labels") or {}).get(labels.JOB_NAME)
+    if not job:
+        return None
+    return {(body["metadata"]["namespace"], job): dict(body)}
+
+
+def workload_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """Kueue admitted, evicted or requeued a Workload: wake its job."""
+    job = (body.get("metadata", {}).get("labels") or {}).get(labels.JOB_NAME)
+    controller = _controllers.get((namespace or "", job or ""))
+    if controller is not None:
+        controller.wake.set()
+
+
+if kueue_enabled():
+    # Registered only with Kueue support on (the chart's kueue.enabled). Without Kueue's CRD kopf
+    # warns once that workloads.kueue.x-k8s.io cannot be served and watches the rest as usual.
+    _owned = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+    kopf.index(KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, labels=_owned)(kueue_workloads)
+    kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, labels=_owned)(workload_changed)
 
 
 def _daemon_without_finalizer() -> None:

@@ -14,6 +14,8 @@ from llm_operator import labels
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders import rendezvous
 from llm_operator.observe import NodeView, PodView, format_time, parse_time
+from llm_operator.policy.admission import Admission
+from llm_operator.policy.admission import condition as admission_condition
 from llm_operator.policy.capacity import free_slots
 from llm_operator.policy.health import Health, assess
 from llm_operator.policy.resize import INITIAL, SizeInput, decide_size
@@ -70,12 +72,21 @@ def plan(
     nodes: Mapping[str, NodeView],
     all_workers: Iterable[PodView],
     now: float,
+    admission: Admission | None = None,
 ) -> Plan:
-    """Decide one pass. ``pods`` are this job's workers; ``all_workers`` every job's (for capacity)."""
+    """Decide one pass. ``pods`` are this job's workers; ``all_workers`` every job's (for capacity).
+
+    ``admission``: Kueue's verdict for a queued job (None: not managed by Kueue). Until admitted the job
+    runs no workers (as if suspended, phase Queued); once admitted it runs at most the admitted count.
+    """
     spec, old = job.spec, job.status
     policy = spec.failurePolicy
     out = Plan()
-    desired = 0 if spec.suspend else job.desired_replicas
+    gated = admission is not None and not admission.admitted
+    stopped = spec.suspend or gated
+    desired = 0 if stopped else job.desired_replicas
+    if admission is not None and admission.admitted:
+        desired = min(desired, admission.count)
     verdicts = [
         (p, assess(p, nodes.get(p.node), now, policy.nodeFailureGraceSeconds, policy.nonRetryableExitCodes))
         for p in pods
@@ -115,7 +126,7 @@ def plan(
 
     replacing = False
     # Lost or failed workers: delete now; their indices free up and get replacements.
-    if terminal_phase is None and not spec.suspend and lost:
+    if terminal_phase is None and not stopped and lost:
         if restarts + 1 > policy.maxRestarts:
             terminal_phase, reason = "Failed", "MaxRestartsExceeded"
             message = (
@@ -131,7 +142,7 @@ def plan(
             message = "replacing " + ", ".join(f"{p.name} ({h.signal})" for p, h in lost)
             out.events.append(("Warning", reason, message))
 
-    if terminal_phase is None and not spec.suspend:
+    if terminal_phase is None and not stopped:
         stuck = [
             p for p, h in active if h.state == "pending" and now - p.created >= policy.pendingTimeoutSeconds
         ]
@@ -166,7 +177,7 @@ def plan(
                 out.delete = [d for d in out.delete if d.reason == "ForceDeleteStuckTerminating"]
                 replacing = False
 
-    if terminal_phase is None and not spec.suspend:
+    if terminal_phase is None and not stopped:
         if len(active) > target:
             for pod in _choose_surplus(active, len(active) - target):
                 out.delete.append(Deletion(pod, False, "ScaledDown"))
@@ -193,6 +204,9 @@ def plan(
     if spec.suspend and terminal_phase is None:
         out.delete += [Deletion(p, False, "Suspended") for p, h in active + lost]
         target, reason, message = 0, "Suspended", "spec.suspend is true"
+    elif gated and terminal_phase is None and admission is not None:
+        out.delete += [Deletion(p, False, admission.reason) for p, h in active + lost]
+        target, reason, message = 0, admission.reason, admission.message
 
     if terminal_phase is not None:
         completion = completion or format_time(now)
@@ -213,7 +227,7 @@ def plan(
     n_active = sum(1 for p, _ in active if p.uid not in leaving) + len(out.create)
     phase = decide_phase(
         PhaseInput(
-            suspended=spec.suspend,
+            suspended=stopped,
             terminal_phase=terminal_phase,
             started=old.startTime is not None,
             ready=ready,
@@ -224,6 +238,8 @@ def plan(
             previous_phase=old.phase,
         )
     )
+    if gated and phase == "Suspended" and not spec.suspend:
+        phase = "Queued"
     start = old.startTime or (format_time(now) if phase == "Running" else None)
     if phase != old.phase:
         level = "Warning" if phase == "Failed" else "Normal"
@@ -255,6 +271,13 @@ def plan(
         "rendezvousEndpoint": rendezvous.endpoint(job),
     }
     conds = conditions(phase, target, desired, size_note, message, job.metadata.generation)
+    if admission is not None:
+        verdict = admission_condition(admission, job.metadata.generation)
+        conds.append(verdict)
+        before = next((c for c in old.conditions if c.type == verdict["type"]), None)
+        if before is None or (before.status, before.reason) != (verdict["status"], verdict["reason"]):
+            level = "Warning" if verdict["reason"] in ("Preempted", "Evicted") else "Normal"
+            out.events.append((level, verdict["reason"], verdict["message"]))
     status["conditions"] = merge_conditions([c.model_dump() for c in old.conditions], conds, now)
     out.status = status
     return out

@@ -29,11 +29,13 @@ class Settings:
     """Namespace of the operator's pods: the rendezvous NetworkPolicy admits them (with the labels below)."""
     operator_pod_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OPERATOR_POD_LABELS))
     """Labels of the operator's pods; empty = the rendezvous NetworkPolicy admits workers only."""
+    kueue: bool = True
+    """Kueue admission for jobs with a kueue.x-k8s.io/queue-name label (LLMJOB_KUEUE=false turns it off)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read LLMJOB_RENDEZVOUS_IMAGE, LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object),
-        LLMJOB_OPERATOR_NAMESPACE and LLMJOB_OPERATOR_POD_LABELS (a JSON object)."""
+        LLMJOB_OPERATOR_NAMESPACE, LLMJOB_OPERATOR_POD_LABELS (a JSON object) and LLMJOB_KUEUE."""
         env = dict(os.environ) if environ is None else environ
         operator_labels = _string_map(env, "LLMJOB_OPERATOR_POD_LABELS")
         return cls(
@@ -43,6 +45,7 @@ class Settings:
             operator_pod_labels=(
                 dict(DEFAULT_OPERATOR_POD_LABELS) if operator_labels is None else operator_labels
             ),
+            kueue=kueue_enabled(env),
         )
 
 
@@ -60,3 +63,9 @@ def _string_map(env: dict[str, str], name: str) -> dict[str, str] | None:
     ):
         raise ValueError(f"{name} must be a JSON object of strings")
     return parsed
+
+
+def kueue_enabled(environ: dict[str, str] | None = None) -> bool:
+    """LLMJOB_KUEUE: anything but false/0/no/off (case-insensitive) keeps Kueue support on."""
+    env = dict(os.environ) if environ is None else environ
+    return env.get("LLMJOB_KUEUE", "true").strip().lower() not in ("false", "0", "no", "off")

@@ -90,6 +90,14 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
   resources: [podgroups]
   verbs: [create]
 {{- end }}
+{{- if include "llmop.kueueEnabled" . }}
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [get, patch]
+{{- end }}
 {{- end }}
 
 {{/* Nodes are cluster-scoped: even a namespaced install needs a ClusterRole for them. */}}
@@ -97,6 +105,20 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch]
+{{- if include "llmop.kueueEnabled" . }}
+- apiGroups: [kueue.x-k8s.io]
+  resources: [resourceflavors]
+  verbs: [get]
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [get]
+{{- end }}
+{{- end }}
+
+{{/* "true" when Kueue support is on: kueue.enabled true, or "auto" and the cluster serves Workloads. */}}
+{{- define "llmop.kueueEnabled" -}}
+{{- $v := toString .Values.kueue.enabled }}
+{{- if or (eq $v "true") (and (eq $v "auto") (.Capabilities.APIVersions.Has "kueue.x-k8s.io/v1beta2/Workload")) }}true{{ end }}
 {{- end }}
 
 {{/* Whether the cluster serves a Prometheus Operator kind (argument: the kind, e.g. ServiceMonitor). */}}

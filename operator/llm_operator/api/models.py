@@ -31,8 +31,8 @@ SHORT_NAMES = ["llmjob", "llmjobs"]
 CATEGORIES = ["all", "elasticllm"]
 
 Quantity = int | str
-PHASES = ("Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed")
-Phase = Literal["Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"]
+PHASES = ("Pending", "Queued", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed")
+Phase = Literal["Pending", "Queued", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"]
 
 
 def _cel(rules: list[dict[str, str]]) -> dict[str, JsonValue]:
@@ -228,7 +228,7 @@ class LLMTrainingJobStatus(_Model):
     model_config = ConfigDict(extra="ignore")
 
     phase: Phase = "Pending"
-    """Pending, Running, Scaling, Restarting, Suspended, Succeeded or Failed."""
+    """Pending, Queued (waiting for Kueue), Running, Scaling, Restarting, Suspended, Succeeded or Failed."""
     replicas: int = 0
     """Worker pods that exist and are not terminating (scale subresource)."""
     readyReplicas: int = 0

@@ -30,6 +30,7 @@ KUBE_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v4.3.1"
+KUEUE_VERSION = "v0.17.1"
 
 
 def _kube_ldflags() -> list[str]:
@@ -86,6 +87,12 @@ GROUPS: tuple[ToolGroup, ...] = (
         HELM_VERSION,
         {"helm": "helm.sh/helm/v4/cmd/helm"},
         [f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"],
+    ),
+    ToolGroup(
+        "kueue",
+        KUEUE_VERSION,
+        {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
+        [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}"],
     ),
 )
 
