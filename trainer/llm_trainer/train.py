@@ -99,6 +99,8 @@ class Trainer:
         self.restore_source: str | None = None
         """Where the state came from at start: ``memory`` or ``checkpoint`` (None: from scratch)."""
         self.restore_seconds = 0.0
+        self.restore_peers = 0
+        """Ranks that received their snapshot shard from another node at start."""
         self.process_started = process_start_time()
 
     # -- checkpoints ----------------------------------------------------------------------------------------
@@ -129,7 +131,7 @@ class Trainer:
         if self.snapshots is not None:
             found = self.snapshots.restore(self.model, self.optimizer, info.step if info else 0)
             if found is not None:
-                meta, where = found
+                meta, where, self.restore_peers = found
                 self._resume(meta, "memory", started)
                 log.info("rank %d: shard from %s", self.env.rank, where)
                 return
@@ -298,6 +300,8 @@ class Trainer:
             "agent_restart": self.env.restart_count,
             "resumed_from": self.resumed_from,
             "restore_source": self.restore_source,
+            "restore_peers": self.restore_peers,
+            "restore_seconds": round(self.restore_seconds, 3),
             "process_started": self.process_started,
         }
         self.step_log.append(record)

@@ -158,9 +158,12 @@ class Snapshotter:
 
     # -- restore --------------------------------------------------------------------------------------------
 
-    def restore(self, model: nn.Module, optimizer: Optimizer, not_before: int) -> tuple[dict[str, Any], str] | None:
-        """Collective: load the newest snapshot every rank can get (>= ``not_before``); returns its meta and
-        where this rank's shard came from (``local``, ``buddy`` or ``peer``), or None."""
+    def restore(
+        self, model: nn.Module, optimizer: Optimizer, not_before: int
+    ) -> tuple[dict[str, Any], str, int] | None:
+        """Collective: load the newest snapshot every rank can get (>= ``not_before``); returns its meta,
+        where this rank's shard came from (``local``, ``buddy`` or ``peer``) and how many ranks received
+        theirs from a peer; None when memory cannot serve every rank."""
         mine = [
             {k: h[k] for k in ("step", "rank", "world_size", "layout", "kind")} for h in inventory(self.folder)
         ]
@@ -181,7 +184,7 @@ class Snapshotter:
                 choice.peers_used(),
                 self.world_size,
             )
-        return dict(header["meta"]), where
+        return dict(header["meta"]), where, choice.peers_used()
 
     def _fetch(self, choice: planner.RestorePlan) -> tuple[dict[str, Any], torch.Tensor]:
         mine: tuple[dict[str, Any], torch.Tensor] | None = None
