@@ -92,7 +92,9 @@ def test_restarted_worker_resumes_from_its_node_memory(
 ) -> None:
     ckpt = tmp_path / "ckpt"
     steps = 14
-    trainer = train_argv(corpus, ckpt, "--steps", str(steps), "--checkpoint-every", "0", "--snapshot-every", "1")
+    trainer = train_argv(
+        corpus, ckpt, "--steps", str(steps), "--checkpoint-every", "0", "--snapshot-every", "1"
+    )
     trainer += ["--min-step-seconds", "0.2", "--seed", str(SEED)]
     argv = agent_argv(etcd, "1", 2, trainer)
     env = trainer_env({SNAPSHOT_DIR_ENV: str(tmp_path / "shm-node0")})
@@ -100,7 +102,9 @@ def test_restarted_worker_resumes_from_its_node_memory(
     wait_for(lambda: any(r["step"] >= 5 for r in records(ckpt)) or agent.poll() is not None, 180, "step 5")
     assert agent.poll() is None, procs.dump()
 
-    victim = wait_for(lambda: next((p for p in worker_pids(agent.pid) if _environ(p)["RANK"] == "1"), None), 30, "rank 1")
+    victim = wait_for(
+        lambda: next((p for p in worker_pids(agent.pid) if _environ(p)["RANK"] == "1"), None), 30, "rank 1"
+    )
     last_before = records(ckpt)[-1]["step"]
     victim.kill()  # the worker process dies; its agent restarts the workers on the same node
     assert agent.wait(timeout=240) == 0, procs.dump()
@@ -119,7 +123,9 @@ def test_lost_node_restores_from_the_buddy_copy(
     survivor and a fresh replacement restore from memory: the lost shard from the survivor's buddy copy."""
     ckpt = tmp_path / "ckpt"
     steps = 16
-    trainer = train_argv(corpus, ckpt, "--steps", str(steps), "--checkpoint-every", "0", "--snapshot-every", "1")
+    trainer = train_argv(
+        corpus, ckpt, "--steps", str(steps), "--checkpoint-every", "0", "--snapshot-every", "1"
+    )
     trainer += ["--min-step-seconds", "0.3", "--seed", str(SEED), "--parallel", "fsdp"]
     argv = agent_argv(etcd, "2:2", 1, trainer)
 
@@ -130,7 +136,9 @@ def test_lost_node_restores_from_the_buddy_copy(
     lost = procs.start(argv, "node-b", env=node("b"))
     wait_for(
         lambda: (
-            any(r["step"] >= 5 for r in records(ckpt)) or survivor.poll() is not None or lost.poll() is not None
+            any(r["step"] >= 5 for r in records(ckpt))
+            or survivor.poll() is not None
+            or lost.poll() is not None
         ),
         240,
         "step 5 on two nodes",
@@ -164,7 +172,9 @@ def test_memory_restore_continues_bit_identically(corpus: Path, tmp_path: Path, 
     ckpt = tmp_path / "ckpt"
     snap = ["--snapshot-every", "2", "--snapshot-dir", str(tmp_path / "shm")]
     for steps in ("4", "7"):
-        ranks = launch_world(procs, [*train_argv(corpus, ckpt, "--steps", steps), *common, *snap], 2, f"run{steps}")
+        ranks = launch_world(
+            procs, [*train_argv(corpus, ckpt, "--steps", steps), *common, *snap], 2, f"run{steps}"
+        )
         for proc in ranks:
             assert proc.wait(timeout=180) == 0, procs.dump()
     # The final checkpoint of the first run (step 4) is no newer than the snapshot: memory wins.

@@ -72,7 +72,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(
-    ("name", "found", "world", "replicated", "not_before", "step", "sources"), CASES, ids=[c[0] for c in CASES]
+    ("name", "found", "world", "replicated", "not_before", "step", "sources"),
+    CASES,
+    ids=[c[0] for c in CASES],
 )
 def test_choose(
     name: str,

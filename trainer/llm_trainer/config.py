@@ -158,7 +158,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     """How many complete checkpoints to keep (older ones are deleted)."""
     async_checkpoint: bool = True
-    """Stage checkpoints into host memory and write them in the background (training waits only for the copy)."""
+    """Stage checkpoints into host memory and write them in the background (training waits for the copy)."""
     snapshot_every: int = 0
     """Snapshot the state into host shared memory (and a buddy node's) every N steps (0 disables)."""
     snapshot_dir: str = ""
@@ -187,7 +187,7 @@ class TrainConfig:
         if not out.snapshot_dir and os.environ.get(SNAPSHOT_DIR_ENV):
             out = replace(out, snapshot_dir=os.environ[SNAPSHOT_DIR_ENV])
         if not out.snapshot_dir and out.checkpoint_dir:
-            key = hashlib.sha256(os.path.abspath(out.checkpoint_dir).encode()).hexdigest()[:16]
+            key = hashlib.sha256(str(Path(out.checkpoint_dir).resolve()).encode()).hexdigest()[:16]
             out = replace(out, snapshot_dir=f"{SNAPSHOT_ROOT}/{key}")
         return out
 

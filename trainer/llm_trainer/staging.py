@@ -40,7 +40,7 @@ def local_part(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def map_tensors(state: Any, fn: Callable[[str, torch.Tensor], torch.Tensor], prefix: str = "") -> Any:
-    """``state`` with every tensor leaf replaced by ``fn(path, leaf)`` (same paths as :func:`tensor_leaves`)."""
+    """``state`` with every tensor leaf replaced by ``fn(path, leaf)`` (paths as in :func:`tensor_leaves`)."""
     if isinstance(state, torch.Tensor):
         return fn(prefix, state)
     if isinstance(state, dict):
@@ -74,7 +74,7 @@ class HostStage:
         """Start copying ``state``'s tensors into the host buffers; returns the staged structure."""
         on_gpu = any(t.device.type == "cuda" for _, t in tensor_leaves(state))
         if on_gpu and self._stream is None:
-            self._stream = torch.cuda.Stream()
+            self._stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         if on_gpu:
             assert self._stream is not None
             self._stream.wait_stream(torch.cuda.current_stream())
@@ -89,15 +89,13 @@ class HostStage:
             else:
                 buf.copy_(source)
             if isinstance(tensor, DTensor):
-                return DTensor(  # type: ignore[call-arg]
-                    buf, tensor._spec, requires_grad=False
-                )
+                return DTensor(buf, tensor._spec, requires_grad=False)
             return buf
 
         staged = map_tensors(state, copy)
         if on_gpu:
             assert self._stream is not None
-            event = torch.cuda.Event()
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(self._stream)
             self._event = event
         return dict(staged)

@@ -108,7 +108,10 @@ class Snapshotter:
         self.wait()
         started = time.monotonic()
         model_state, optim_state = get_state_dict(model, optimizer)
-        leaves = [(p, local_part(t).detach()) for p, t in tensor_leaves({"model": model_state, "optim": optim_state})]
+        leaves = [
+            (p, local_part(t).detach())
+            for p, t in tensor_leaves({"model": model_state, "optim": optim_state})
+        ]
         leaves += _rng_tensors()
         entries, size = layout(leaves)
         self.local.invalidate()
@@ -165,11 +168,14 @@ class Snapshotter:
         where this rank's shard came from (``local``, ``buddy`` or ``peer``) and how many ranks received
         theirs from a peer; None when memory cannot serve every rank."""
         mine = [
-            {k: h[k] for k in ("step", "rank", "world_size", "layout", "kind")} for h in inventory(self.folder)
+            {k: h[k] for k in ("step", "rank", "world_size", "layout", "kind")}
+            for h in inventory(self.folder)
         ]
         gathered: list[list[dict[str, Any]] | None] = [None] * self.world_size
         dist.all_gather_object(gathered, mine, group=self.group)
-        held = [h for rank, found in enumerate(gathered) for h in planner.held_from_headers(rank, found or [])]
+        held = [
+            h for rank, found in enumerate(gathered) for h in planner.held_from_headers(rank, found or [])
+        ]
         choice = planner.choose(held, self.world_size, self.layout_key, self.replicated, not_before)
         if choice is None:
             return None
@@ -205,7 +211,9 @@ class Snapshotter:
         assert mine is not None
         return mine
 
-    def _load(self, header: dict[str, Any], payload: torch.Tensor, model: nn.Module, optimizer: Optimizer) -> None:
+    def _load(
+        self, header: dict[str, Any], payload: torch.Tensor, model: nn.Module, optimizer: Optimizer
+    ) -> None:
         entries = {e.path: e for e in entries_of(header)}
         model_state, optim_state = get_state_dict(model, optimizer)
         with torch.no_grad():
