@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_trainer.snapshot.plan import Held, Source, choose
+from llm_trainer.snapshot.plan import Held, Source, buddy_of, choose, node_files
 from llm_trainer.snapshot.store import ShardFile, entries_json, entries_of, entry_view, inventory, layout
 
 L = "tiny|fsdp"
@@ -116,3 +116,20 @@ def test_shard_file_round_trip_and_torn_write(tmp_path: Path) -> None:
         assert torch.equal(entry_view(again.payload(size), entry), tensor)
     again.invalidate()  # what a writer does before overwriting the payload
     assert inventory(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("rank", "world", "nproc", "buddy", "files"),
+    [
+        (0, 1, 1, None, {"local-r0.json"}),
+        (1, 2, 2, None, {"local-r0.json", "local-r1.json"}),  # one node: no buddy
+        (0, 2, 1, (1, 1), {"local-r0.json", "buddy-r1.json"}),
+        (3, 6, 2, (5, 1), {"local-r2.json", "local-r3.json", "buddy-r0.json", "buddy-r1.json"}),
+        (5, 6, 2, (1, 3), {"local-r4.json", "local-r5.json", "buddy-r2.json", "buddy-r3.json"}),
+    ],
+)
+def test_buddy_and_node_files(
+    rank: int, world: int, nproc: int, buddy: tuple[int, int] | None, files: set[str]
+) -> None:
+    assert buddy_of(rank, world, nproc) == buddy
+    assert node_files(rank, world, nproc) == files

@@ -73,10 +73,11 @@ class Snapshotter:
         self.group = group
         self.layout_key = layout_key
         self.replicated = replicated
-        nodes_apart = local_world_size if 0 < local_world_size < world_size else 0
-        self.buddy_to = (rank + nodes_apart) % world_size if nodes_apart else None
-        self.buddy_from = (rank - nodes_apart) % world_size if nodes_apart else None
-        self.local = ShardFile(folder, "local", rank)
+        pair = planner.buddy_of(rank, world_size, local_world_size)
+        self.buddy_to = pair[0] if pair else None
+        self.buddy_from = pair[1] if pair else None
+        self.node_files = planner.node_files(rank, world_size, local_world_size)
+        self.local = ShardFile(folder, "local", rank, pin=torch.cuda.is_available())
         self.buddy = ShardFile(folder, "buddy", self.buddy_from) if self.buddy_from is not None else None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -116,9 +117,12 @@ class Snapshotter:
         entries, size = layout(leaves)
         self.local.invalidate()
         payload = self.local.payload(size)
+        asynchronous = self.local.pinned  # pinned: device-to-host copies overlap, one sync at the end
         with torch.no_grad():
             for entry, (_, tensor) in zip(entries, leaves, strict=True):
-                entry_view(payload, entry).copy_(tensor)
+                entry_view(payload, entry).copy_(tensor, non_blocking=asynchronous)
+        if asynchronous:
+            torch.cuda.current_stream().synchronize()
         header = {
             "step": step,
             "rank": self.rank,
@@ -132,7 +136,9 @@ class Snapshotter:
         self.local.commit(header)
         self.taken_step = step
         self.last_stall = time.monotonic() - started
-        if self.buddy_to is not None:
+        if self.buddy_to is None:
+            self._drop_stale()
+        else:
             self._thread = threading.Thread(
                 target=self._replicate, args=(header, payload), name=f"snapshot-buddy-{step}", daemon=True
             )
@@ -143,17 +149,18 @@ class Snapshotter:
         try:
             assert self.buddy_to is not None and self.buddy is not None and self.buddy_from is not None
             received = _exchange(self.group, header, payload, self.buddy_to, self.buddy_from, self.buddy)
-            self._drop_stale(keep={self.local.header_path.name, self.buddy.header_path.name})
+            self._drop_stale()
             log.debug("snapshot step %s copied to rank %d", received, self.buddy_to)
         except BaseException as exc:  # reported to the training thread by wait()
             self._error = exc
             return
         self.last_replicate = time.monotonic() - started
 
-    def _drop_stale(self, keep: set[str]) -> None:
-        """Remove shards left from another world (memory bound: one local and one buddy shard)."""
+    def _drop_stale(self) -> None:
+        """Remove shards that no rank of this node writes any more (left from another world): the memory
+        bound is one local and one buddy shard per rank."""
         for path in self.folder.glob("*-r*.json"):
-            if path.name not in keep:
+            if path.name not in self.node_files:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 with contextlib.suppress(FileNotFoundError):

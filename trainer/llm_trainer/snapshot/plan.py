@@ -92,3 +92,25 @@ def choose(
         else:
             return RestorePlan(step, tuple(sources))
     return None
+
+
+def buddy_of(rank: int, world_size: int, local_world_size: int) -> tuple[int, int] | None:
+    """``(send to, receive from)``: the same local rank on the next and on the previous node; None with a
+    single node."""
+    if not 0 < local_world_size < world_size:
+        return None
+    return (rank + local_world_size) % world_size, (rank - local_world_size) % world_size
+
+
+def node_files(rank: int, world_size: int, local_world_size: int) -> set[str]:
+    """Header names the ranks of this rank's node write (torchrun numbers ranks node by node); any other
+    shard in the node's folder is stale."""
+    per_node = max(1, local_world_size)
+    first = rank - rank % per_node
+    names = set()
+    for member in range(first, min(world_size, first + per_node)):
+        names.add(f"local-r{member}.json")
+        pair = buddy_of(member, world_size, local_world_size)
+        if pair is not None:
+            names.add(f"buddy-r{pair[1]}.json")
+    return names

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import mmap
 import os
 import re
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+log = logging.getLogger(__name__)
 
 ALIGN = 64
 FILE = re.compile(r"^(local|buddy)-r(\d+)\.json$")
@@ -87,10 +90,13 @@ def entries_json(entries: list[Entry]) -> list[list[Any]]:
 class ShardFile:
     """One memory-mapped payload file plus its header, in ``folder``."""
 
-    def __init__(self, folder: Path, kind: str, rank: int) -> None:
+    def __init__(self, folder: Path, kind: str, rank: int, pin: bool = False) -> None:
         self.folder = folder
         self.kind = kind
         self.rank = rank
+        self.pin = pin
+        """Page-lock the mapping for CUDA (device-to-host copies at full speed); best effort."""
+        self.pinned = False
         self.payload_path = folder / f"{kind}-r{rank}.bin"
         self.header_path = folder / f"{kind}-r{rank}.json"
         self._map: mmap.mmap | None = None
@@ -123,6 +129,16 @@ class ShardFile:
         finally:
             os.close(fd)
         self._payload = torch.frombuffer(self._map, dtype=torch.uint8, count=size) if size else torch.empty(0)
+        if self.pin and size and torch.cuda.is_available():
+            cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
+            code = cudart.cudaHostRegister(self._payload.data_ptr(), size, 0)
+            self.pinned = int(code) == 0
+            if not self.pinned:
+                log.warning(
+                    "could not page-lock %s (cudaHostRegister: %s); copies will be slower",
+                    self.payload_path,
+                    code,
+                )
         return self._payload
 
     def commit(self, header: dict[str, Any]) -> None:
@@ -133,6 +149,9 @@ class ShardFile:
 
     def close(self) -> None:
         """Unmap the payload (the files stay)."""
+        if self.pinned and self._payload is not None:
+            torch.cuda.cudart().cudaHostUnregister(self._payload.data_ptr())  # type: ignore[no-untyped-call]
+            self.pinned = False
         self._payload = None
         if self._map is not None:
             with contextlib.suppress(BufferError):
