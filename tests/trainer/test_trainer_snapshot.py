@@ -18,6 +18,7 @@ from llm_trainer.config import SNAPSHOT_DIR_ENV
 from llm_trainer.data.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
 from llm_trainer.metrics import read_records
+from llm_trainer.snapshot.store import inventory
 from llm_trainer.testing.local_etcd import LocalEtcd
 from trainer_support import Processes, launch_world, train_argv, trainer_env, wait_for
 
@@ -47,13 +48,15 @@ def check_samples(log: list[dict[str, Any]], corpus: Path) -> None:
         assert record["samples_crc32"] == zlib.crc32(np.asarray(ids, dtype="<i8").tobytes())
 
 
-def check_resumed_from_memory(log: list[dict[str, Any]], last_before: int, steps: int) -> None:
-    """The run after the failure restored from memory losing at most one step, and continued to the end."""
+def check_resumed_from_memory(log: list[dict[str, Any]], snapshotted: int, steps: int) -> None:
+    """The run after the failure restored from memory, at least the step known to be ``snapshotted`` and
+    losing at most one step of the failed run, and continued to the end."""
     after = [r for r in log if r["restart"] > 0]
     assert after, "no step after the restart"
     first = after[0]
     assert first["restore_source"] == "memory", first
-    assert first["resumed_from"] >= last_before - 1, (first["resumed_from"], last_before)
+    last_done = max(r["step"] for r in log if r["restart"] == 0)
+    assert first["resumed_from"] >= max(snapshotted, last_done - 1), (first["resumed_from"], last_done)
     assert first["step"] == first["resumed_from"] + 1
     assert sorted({r["step"] for r in log}) == list(range(1, steps + 1))
 
@@ -105,12 +108,12 @@ def test_restarted_worker_resumes_from_its_node_memory(
     victim = wait_for(
         lambda: next((p for p in worker_pids(agent.pid) if _environ(p)["RANK"] == "1"), None), 30, "rank 1"
     )
-    last_before = records(ckpt)[-1]["step"]
+    snapshotted = max(h["step"] for h in inventory(tmp_path / "shm-node0"))
     victim.kill()  # the worker process dies; its agent restarts the workers on the same node
     assert agent.wait(timeout=240) == 0, procs.dump()
 
     log = records(ckpt)
-    check_resumed_from_memory(log, last_before, steps)
+    check_resumed_from_memory(log, snapshotted, steps)
     # Nothing came from a checkpoint: none existed before the end of training.
     assert [c.step for c in complete_checkpoints(ckpt)] == [steps]
     check_samples(log, corpus)
@@ -144,9 +147,15 @@ def test_lost_node_restores_from_the_buddy_copy(
         "step 5 on two nodes",
     )
     assert survivor.poll() is None and lost.poll() is None, procs.dump()
-    wait_for(lambda: list((tmp_path / "shm-a").glob("buddy-r*.json")), 30, "a buddy copy on node a")
 
-    last_before = records(ckpt)[-1]["step"]
+    def replicated_up_to_last_step() -> int:
+        """The last logged step when node a holds its own shard and node b's copy of it, else 0."""
+        last = records(ckpt)[-1]["step"]
+        held = inventory(tmp_path / "shm-a")
+        kinds = {h["kind"] for h in held if h["step"] == last}
+        return last if kinds == {"local", "buddy"} else 0
+
+    last_before = wait_for(replicated_up_to_last_step, 60, "the last step's shards on node a")
     procs.kill_group(lost)  # the node is gone: agent, worker and its memory
     lost.wait(timeout=30)
     shutil.rmtree(tmp_path / "shm-b")

@@ -31,6 +31,7 @@ from torch.optim import Optimizer
 
 from llm_trainer.snapshot import plan as planner
 from llm_trainer.snapshot.store import (
+    SLOTS,
     ShardFile,
     encode_header,
     entries_json,
@@ -38,6 +39,7 @@ from llm_trainer.snapshot.store import (
     entry_view,
     inventory,
     layout,
+    older_slot,
 )
 from llm_trainer.staging import local_part, tensor_leaves
 
@@ -77,8 +79,15 @@ class Snapshotter:
         self.buddy_to = pair[0] if pair else None
         self.buddy_from = pair[1] if pair else None
         self.node_files = planner.node_files(rank, world_size, local_world_size)
-        self.local = ShardFile(folder, "local", rank, pin=torch.cuda.is_available())
-        self.buddy = ShardFile(folder, "buddy", self.buddy_from) if self.buddy_from is not None else None
+        pin = torch.cuda.is_available()
+        self.local_slots = [ShardFile(folder, "local", rank, slot, pin) for slot in SLOTS]
+        self.local = self.local_slots[0]
+        """The slot written last."""
+        self.buddy_slots = (
+            [ShardFile(folder, "buddy", self.buddy_from, slot) for slot in SLOTS]
+            if self.buddy_from is not None
+            else []
+        )
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.last_stall = 0.0
@@ -115,6 +124,7 @@ class Snapshotter:
         ]
         leaves += _rng_tensors()
         entries, size = layout(leaves)
+        self.local = older_slot(self.local_slots)
         self.local.invalidate()
         payload = self.local.payload(size)
         asynchronous = self.local.pinned  # pinned: device-to-host copies overlap, one sync at the end
@@ -147,8 +157,9 @@ class Snapshotter:
     def _replicate(self, header: dict[str, Any], payload: torch.Tensor) -> None:
         started = time.monotonic()
         try:
-            assert self.buddy_to is not None and self.buddy is not None and self.buddy_from is not None
-            received = _exchange(self.group, header, payload, self.buddy_to, self.buddy_from, self.buddy)
+            assert self.buddy_to is not None and self.buddy_from is not None
+            into = older_slot(self.buddy_slots)
+            received = _exchange(self.group, header, payload, self.buddy_to, self.buddy_from, into)
             self._drop_stale()
             log.debug("snapshot step %s copied to rank %d", received, self.buddy_to)
         except BaseException as exc:  # reported to the training thread by wait()
@@ -159,7 +170,7 @@ class Snapshotter:
     def _drop_stale(self) -> None:
         """Remove shards that no rank of this node writes any more (left from another world): the memory
         bound is one local and one buddy shard per rank."""
-        for path in self.folder.glob("*-r*.json"):
+        for path in self.folder.glob("*-r*.s*.json"):
             if path.name not in self.node_files:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
@@ -175,7 +186,7 @@ class Snapshotter:
         where this rank's shard came from (``local``, ``buddy`` or ``peer``) and how many ranks received
         theirs from a peer; None when memory cannot serve every rank."""
         mine = [
-            {k: h[k] for k in ("step", "rank", "world_size", "layout", "kind")}
+            {k: h[k] for k in ("step", "rank", "world_size", "layout", "kind", "slot")}
             for h in inventory(self.folder)
         ]
         gathered: list[list[dict[str, Any]] | None] = [None] * self.world_size
@@ -203,12 +214,12 @@ class Snapshotter:
         mine: tuple[dict[str, Any], torch.Tensor] | None = None
         for rank, src in enumerate(choice.sources):
             if src.holder == rank == self.rank:
-                shard = ShardFile(self.folder, src.kind, src.source_rank)
+                shard = ShardFile(self.folder, src.kind, src.source_rank, src.slot)
                 header = shard.read_header()
                 assert header is not None, f"snapshot {shard.header_path} vanished"
                 mine = (header, shard.payload(int(header["payload_bytes"])))  # unmapped when dropped
             elif src.holder == self.rank:
-                shard = ShardFile(self.folder, src.kind, src.source_rank)
+                shard = ShardFile(self.folder, src.kind, src.source_rank, src.slot)
                 header = shard.read_header()
                 assert header is not None, f"snapshot {shard.header_path} vanished"
                 _send(self.group, header, shard.payload(int(header["payload_bytes"])), rank)

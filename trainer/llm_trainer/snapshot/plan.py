@@ -34,6 +34,7 @@ class Held:
     """What the shard's tensors mean (model, parallelism, data): only equal layouts are compatible."""
     kind: str
     """``local`` or ``buddy``."""
+    slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Source:
     holder: int
     source_rank: int
     kind: str
+    slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,15 @@ class RestorePlan:
 def held_from_headers(holder: int, headers: list[dict[str, Any]]) -> list[Held]:
     """Shards described by the headers one rank found (``store.inventory``)."""
     return [
-        Held(holder, int(h["step"]), int(h["rank"]), int(h["world_size"]), str(h["layout"]), str(h["kind"]))
+        Held(
+            holder,
+            int(h["step"]),
+            int(h["rank"]),
+            int(h["world_size"]),
+            str(h["layout"]),
+            str(h["kind"]),
+            int(h.get("slot", 0)),
+        )
         for h in headers
     ]
 
@@ -88,7 +98,7 @@ def choose(
             if not candidates:
                 break
             best = _pick(candidates, rank)
-            sources.append(Source(best.holder, best.source_rank, best.kind))
+            sources.append(Source(best.holder, best.source_rank, best.kind, best.slot))
         else:
             return RestorePlan(step, tuple(sources))
     return None
@@ -109,8 +119,9 @@ def node_files(rank: int, world_size: int, local_world_size: int) -> set[str]:
     first = rank - rank % per_node
     names = set()
     for member in range(first, min(world_size, first + per_node)):
-        names.add(f"local-r{member}.json")
-        pair = buddy_of(member, world_size, local_world_size)
-        if pair is not None:
-            names.add(f"buddy-r{pair[1]}.json")
+        for slot in (0, 1):
+            names.add(f"local-r{member}.s{slot}.json")
+            pair = buddy_of(member, world_size, local_world_size)
+            if pair is not None:
+                names.add(f"buddy-r{pair[1]}.s{slot}.json")
     return names

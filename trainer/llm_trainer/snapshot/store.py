@@ -1,13 +1,14 @@
-"""Snapshot shards in host shared memory: one payload file and one header file per shard.
+"""Snapshot shards in host shared memory: one payload file and one header file per shard and slot.
 
 A shard is the local part of every tensor of one rank's training state, packed into one byte payload
-(64-byte aligned entries). ``<kind>-r<rank>.bin`` holds the payload, ``<kind>-r<rank>.json`` the header
-(step, where each tensor lies in the payload, data position, world size, layout). ``kind`` is ``local``
-(this rank's own state) or ``buddy`` (a copy of another node's rank). The header is removed before the
-payload is overwritten and written atomically (temp file + rename) after it is complete, so a header on
-disk always describes a complete payload: a process killed mid-write leaves no header, never a torn
-snapshot. Files in ``/dev/shm`` (tmpfs) outlive the process, so a restarted worker on the same node finds
-them; a lost node loses them, which is what the buddy copy is for.
+(64-byte aligned entries). ``<kind>-r<rank>.s<slot>.bin`` holds the payload, ``...json`` the header (step,
+where each tensor lies in the payload, data position, world size, layout). ``kind`` is ``local`` (this
+rank's own state) or ``buddy`` (a copy of another node's rank). Each kind has two slots written in turn,
+so the previous complete snapshot survives while the next one is written or copied. The header is removed
+before the payload is overwritten and written atomically (temp file + rename) after it is complete, so a
+header on disk always describes a complete payload: a process killed mid-write leaves no header, never a
+torn snapshot. Files in ``/dev/shm`` (tmpfs) outlive the process, so a restarted worker on the same node
+finds them; a lost node loses them, which is what the buddy copy is for.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import torch
 log = logging.getLogger(__name__)
 
 ALIGN = 64
-FILE = re.compile(r"^(local|buddy)-r(\d+)\.json$")
+FILE = re.compile(r"^(local|buddy)-r(\d+)\.s([01])\.json$")
+SLOTS = (0, 1)
 
 DTYPES: dict[str, torch.dtype] = {
     str(dtype).removeprefix("torch."): dtype
@@ -90,15 +92,16 @@ def entries_json(entries: list[Entry]) -> list[list[Any]]:
 class ShardFile:
     """One memory-mapped payload file plus its header, in ``folder``."""
 
-    def __init__(self, folder: Path, kind: str, rank: int, pin: bool = False) -> None:
+    def __init__(self, folder: Path, kind: str, rank: int, slot: int = 0, pin: bool = False) -> None:
         self.folder = folder
         self.kind = kind
         self.rank = rank
+        self.slot = slot
         self.pin = pin
         """Page-lock the mapping for CUDA (device-to-host copies at full speed); best effort."""
         self.pinned = False
-        self.payload_path = folder / f"{kind}-r{rank}.bin"
-        self.header_path = folder / f"{kind}-r{rank}.json"
+        self.payload_path = folder / f"{kind}-r{rank}.s{slot}.bin"
+        self.header_path = folder / f"{kind}-r{rank}.s{slot}.json"
         self._map: mmap.mmap | None = None
         self._payload: torch.Tensor | None = None
 
@@ -160,7 +163,7 @@ class ShardFile:
 
 
 def inventory(folder: Path) -> list[dict[str, Any]]:
-    """Headers of every complete shard in ``folder`` (each with ``kind`` added)."""
+    """Headers of every complete shard in ``folder`` (each with ``kind`` and ``slot`` added)."""
     if not folder.is_dir():
         return []
     found = []
@@ -168,7 +171,18 @@ def inventory(folder: Path) -> list[dict[str, Any]]:
         match = FILE.match(entry.name)
         if not match:
             continue
-        header = ShardFile(folder, match.group(1), int(match.group(2))).read_header()
+        kind, rank, slot = match.group(1), int(match.group(2)), int(match.group(3))
+        header = ShardFile(folder, kind, rank, slot).read_header()
         if header is not None:
-            found.append({**header, "kind": match.group(1)})
+            found.append({**header, "kind": kind, "slot": slot})
     return found
+
+
+def older_slot(slots: list[ShardFile]) -> ShardFile:
+    """The slot to write next: one without a complete shard, else the one with the older step."""
+
+    def age(shard: ShardFile) -> int:
+        header = shard.read_header()
+        return -1 if header is None else int(header.get("step", -1))
+
+    return min(slots, key=age)
