@@ -55,16 +55,21 @@ def test_sigterm_finishes_the_step_saves_and_exits_zero(
     assert "stopped by SIGTERM" in procs.log_of(proc)
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
 def test_kill_during_a_save_keeps_the_previous_checkpoint(
-    corpus: Path, tmp_path: Path, procs: Processes
+    corpus: Path, tmp_path: Path, procs: Processes, mode: str
 ) -> None:
     ckpt = tmp_path / "ckpt"
     argv = train_argv(corpus, ckpt, "--steps", "100", "--checkpoint-every", "3")
+    argv += ["--async-checkpoint", str(mode == "async")]
     # Every save from step 6 on stalls between the shards and the marker: kill the process right there.
     proc = procs.start(argv, "first", env=trainer_env({SAVE_STALL_ENV: "6:600"}))
     wait_for(
         lambda: (step_dir(ckpt, 6) / ".metadata").exists() or proc.poll() is not None, 120, "step-6 shards"
     )
+    if mode == "async":  # training goes on while step 6 persists in the background (until step 9's save)
+        wait_for(lambda: max(r["step"] for r in records(ckpt)) >= 8 or proc.poll() is not None, 120, "step 8")
+        assert max(r["step"] for r in records(ckpt)) <= 9
     assert proc.poll() is None, procs.log_of(proc)
     procs.kill_group(proc)
     proc.wait(timeout=30)

@@ -5,6 +5,13 @@ Layout under ``--checkpoint-dir``: ``step-N/`` holds DCP's shard files and ``.me
 shards are on disk, atomically and last. Loading picks the newest ``step-N`` with a marker, so a save that
 was killed half-way is ignored and the previous checkpoint loads. DCP stores each tensor with its global
 shape and reshards on load, so a checkpoint saved by W ranks loads on any other number of ranks.
+
+Asynchronous saves (:meth:`Checkpointer.save_async`): the training thread only stages the state into
+reused host buffers (``llm_trainer.staging``); a background thread writes the staged copy with DCP over a
+CPU (gloo) process group of its own, and rank 0 writes the marker after DCP's final gather, i.e. after every
+rank's shards and ``.metadata`` are written and fsynced. At most one save is in flight: a new save first
+waits for the previous one to finish (a checkpoint every N steps is a promise; the wait shows up as stall
+only when persisting takes longer than N steps).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +29,13 @@ from typing import Any
 
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.optim import Optimizer
+
+from llm_trainer.staging import HostStage
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +111,14 @@ def _write_marker(path: Path, meta: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def _caching_planner() -> DefaultSavePlanner:
+    """DCP's default planner, caching the save plans between saves where this torch supports it."""
+    try:
+        return DefaultSavePlanner(enable_plan_caching=True)  # type: ignore[call-arg, unused-ignore]
+    except TypeError:
+        return DefaultSavePlanner()
+
+
 def _stall_seconds(step: int) -> float:
     spec = os.environ.get(SAVE_STALL_ENV, "")
     if not spec:
@@ -111,24 +130,33 @@ def _stall_seconds(step: int) -> float:
 class Checkpointer:
     """Saves and loads model + optimizer state collectively; rank 0 manages markers and retention."""
 
-    def __init__(self, root: Path, keep: int, rank: int) -> None:
+    def __init__(
+        self, root: Path, keep: int, rank: int, persist_group: dist.ProcessGroup | None = None
+    ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.root = root
         self.keep = keep
         self.rank = rank
+        self.persist_group = persist_group
+        """CPU (gloo) group that background persists use (None: the default group)."""
+        self.stage = HostStage()
+        self.last_stall = 0.0
+        """Seconds the training thread spent in the last save (staging, or the whole save when sync)."""
+        self.last_persist = 0.0
+        """Seconds the last background persist took (staged copy to marker)."""
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._planner: DefaultSavePlanner | None = None
 
-    def save(self, step: int, model: nn.Module, optimizer: Optimizer, meta: dict[str, Any]) -> Path:
-        """Collective: every rank writes its shards; rank 0 then writes the marker and prunes."""
-        path = step_dir(self.root, step)
+    def _prepare(self, path: Path) -> None:
         if self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             if path.exists():  # leftovers of a save that was killed at this step
                 shutil.rmtree(path)
         dist.barrier()
-        started = time.monotonic()
-        model_state, optim_state = get_state_dict(model, optimizer)
-        dcp_save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+
+    def _finish(self, step: int, path: Path, meta: dict[str, Any]) -> None:
         stall = _stall_seconds(step)
         if stall > 0:
             log.warning("%s: pausing %gs before the completion marker", SAVE_STALL_ENV, stall)
@@ -136,9 +164,76 @@ class Checkpointer:
         if self.rank == 0:
             _write_marker(path, {**meta, "step": step, "saved_at": time.time()})
             self.prune(step)
+
+    def save(self, step: int, model: nn.Module, optimizer: Optimizer, meta: dict[str, Any]) -> Path:
+        """Collective, synchronous: every rank writes its shards; rank 0 then writes the marker and prunes."""
+        self.wait()
+        path = step_dir(self.root, step)
+        started = time.monotonic()
+        self._prepare(path)
+        model_state, optim_state = get_state_dict(model, optimizer)
+        dcp_save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+        self._finish(step, path, meta)
         dist.barrier()
-        log.info("checkpoint step-%d saved in %.2fs", step, time.monotonic() - started)
+        self.last_stall = self.last_persist = time.monotonic() - started
+        log.info("checkpoint step-%d saved in %.2fs", step, self.last_stall)
         return path
+
+    def save_async(self, step: int, model: nn.Module, optimizer: Optimizer, meta: dict[str, Any]) -> Path:
+        """Collective: stage the state and persist it in the background (after the previous save ended).
+
+        On a GPU the caller must call :meth:`before_update` before the optimizer next changes parameters.
+        """
+        self.wait()
+        path = step_dir(self.root, step)
+        started = time.monotonic()
+        self._prepare(path)
+        model_state, optim_state = get_state_dict(model, optimizer)
+        staged = self.stage.stage({"model": model_state, "optim": optim_state})
+        self.last_stall = time.monotonic() - started
+        self._thread = threading.Thread(
+            target=self._persist, args=(step, path, staged, meta), name=f"persist-step-{step}", daemon=True
+        )
+        self._thread.start()
+        return path
+
+    def _persist(self, step: int, path: Path, staged: dict[str, Any], meta: dict[str, Any]) -> None:
+        started = time.monotonic()
+        try:
+            self.stage.wait_copied()
+            if self._planner is None:
+                self._planner = _caching_planner()
+            dcp_save(staged, checkpoint_id=str(path), process_group=self.persist_group, planner=self._planner)
+            self._finish(step, path, meta)
+        except BaseException as exc:  # reported to the training thread by wait()
+            self._error = exc
+            return
+        self.last_persist = time.monotonic() - started
+        log.info(
+            "checkpoint step-%d persisted in %.2fs (training stalled %.3fs to stage %.0f MB)",
+            step,
+            self.last_persist,
+            self.last_stall,
+            self.stage.nbytes / 1e6,
+        )
+
+    def before_update(self) -> None:
+        """Order the next optimizer update after the staging copies (a no-op on CPU)."""
+        self.stage.before_update()
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a background persist is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Wait for the background persist (if any); raise if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"background checkpoint persist failed: {error}") from error
 
     def prune(self, newest: int) -> None:
         """Rank 0: drop complete checkpoints beyond the newest ``keep`` and dead partial saves."""

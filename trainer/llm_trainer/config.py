@@ -6,11 +6,14 @@ and uses the docstrings as its help text.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 CHECKPOINT_DIR_ENV = "LLMJOB_CHECKPOINT_DIR"
+SNAPSHOT_DIR_ENV = "LLMJOB_SNAPSHOT_DIR"
+SNAPSHOT_ROOT = "/dev/shm/llm-trainer"
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,13 @@ class TrainConfig:
     """Save a checkpoint every N steps (0: only on SIGTERM and at the end)."""
     keep_checkpoints: int = 3
     """How many complete checkpoints to keep (older ones are deleted)."""
+    async_checkpoint: bool = True
+    """Stage checkpoints into host memory and write them in the background (training waits for the copy)."""
+    snapshot_every: int = 0
+    """Snapshot the state into host shared memory (and a buddy node's) every N steps (0 disables)."""
+    snapshot_dir: str = ""
+    """Folder in host shared memory for snapshots (default: $LLMJOB_SNAPSHOT_DIR, else a folder under
+    /dev/shm/llm-trainer named after the checkpoint directory)."""
     parallel: str = "auto"
     """Data parallelism: ddp, fsdp, or auto (fsdp for models over 1B parameters)."""
     precision: str = "auto"
@@ -171,9 +181,15 @@ class TrainConfig:
 
     def resolved(self) -> TrainConfig:
         """Fill defaults that come from the environment."""
-        if not self.checkpoint_dir and os.environ.get(CHECKPOINT_DIR_ENV):
-            return replace(self, checkpoint_dir=os.environ[CHECKPOINT_DIR_ENV])
-        return self
+        out = self
+        if not out.checkpoint_dir and os.environ.get(CHECKPOINT_DIR_ENV):
+            out = replace(out, checkpoint_dir=os.environ[CHECKPOINT_DIR_ENV])
+        if not out.snapshot_dir and os.environ.get(SNAPSHOT_DIR_ENV):
+            out = replace(out, snapshot_dir=os.environ[SNAPSHOT_DIR_ENV])
+        if not out.snapshot_dir and out.checkpoint_dir:
+            key = hashlib.sha256(str(Path(out.checkpoint_dir).resolve()).encode()).hexdigest()[:16]
+            out = replace(out, snapshot_dir=f"{SNAPSHOT_ROOT}/{key}")
+        return out
 
     def problems(self) -> list[tuple[str, str]]:
         """``(field, message)`` for every invalid setting."""
@@ -193,7 +209,7 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 out.append((name, "must be at least 1"))
-        for name in ("checkpoint_every", "warmup_steps", "metrics_port"):
+        for name in ("checkpoint_every", "warmup_steps", "metrics_port", "snapshot_every"):
             if getattr(self, name) < 0:
                 out.append((name, "must not be negative"))
         if shape is not None and self.seq_len > shape.max_seq_len:

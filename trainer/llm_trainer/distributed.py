@@ -32,6 +32,8 @@ class DistEnv:
     backend: str
     restart_count: int
     """torchelastic's restart count of this agent (0 outside torchrun)."""
+    local_world_size: int = 1
+    """Workers on this node (torchrun's LOCAL_WORLD_SIZE)."""
 
 
 def init_distributed(timeout_s: float) -> DistEnv:
@@ -43,7 +45,8 @@ def init_distributed(timeout_s: float) -> DistEnv:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    backend = "nccl" if cuda else "gloo"
+    # CPU collectives (background checkpoint persists, snapshot copies) need gloo beside NCCL.
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
     timeout = timedelta(seconds=timeout_s)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         dist.init_process_group(backend, timeout=timeout)
@@ -56,7 +59,15 @@ def init_distributed(timeout_s: float) -> DistEnv:
         device=device,
         backend=backend,
         restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
     )
+
+
+def cpu_group() -> dist.ProcessGroup:
+    """A new gloo group of every rank (collective: every rank calls it in the same order)."""
+    group = dist.new_group(backend="gloo")
+    assert isinstance(group, dist.ProcessGroup)
+    return group
 
 
 def choose_parallel(mode: str, cfg: ModelConfig, world_size: int) -> str:

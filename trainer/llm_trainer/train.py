@@ -26,9 +26,10 @@ from llm_trainer.checkpoint import Checkpointer, CheckpointInfo, latest_checkpoi
 from llm_trainer.config import TrainConfig, model_config
 from llm_trainer.data.loader import DistributedBatches, StepBatch
 from llm_trainer.data.shards import TokenShards
-from llm_trainer.distributed import DistEnv, build_model, choose_parallel, gradient_sync
+from llm_trainer.distributed import DistEnv, build_model, choose_parallel, cpu_group, gradient_sync
 from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog, process_start_time
 from llm_trainer.signals import StopRequest
+from llm_trainer.snapshot.manager import Snapshotter
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,20 @@ class Trainer:
             self.shards, cfg.seed, cfg.global_batch, cfg.micro_batch, env.rank, env.world_size
         )
         self.root = Path(cfg.checkpoint_dir)
-        self.checkpointer = Checkpointer(self.root, cfg.keep_checkpoints, env.rank)
+        # Background work talks over gloo groups of its own, never over the training thread's group.
+        persist_group = cpu_group() if cfg.async_checkpoint else None
+        self.checkpointer = Checkpointer(self.root, cfg.keep_checkpoints, env.rank, persist_group)
+        self.snapshots: Snapshotter | None = None
+        if cfg.snapshot_every:
+            self.snapshots = Snapshotter(
+                Path(cfg.snapshot_dir),
+                env.rank,
+                env.world_size,
+                env.local_world_size,
+                cpu_group(),
+                self._layout_key(),
+                replicated=self.parallel == "ddp",
+            )
         self.step_log = StepLog(self.root / METRICS_FILE) if env.rank == 0 else None
         self.exporter = Exporter(
             cfg.metrics_port + env.local_rank if cfg.metrics_port else 0,
@@ -82,34 +96,83 @@ class Trainer:
         )
         self.step = 0
         self.resumed_from: int | None = None
+        self.restore_source: str | None = None
+        """Where the state came from at start: ``memory`` or ``checkpoint`` (None: from scratch)."""
+        self.restore_seconds = 0.0
+        self.restore_peers = 0
+        """Ranks that received their snapshot shard from another node at start."""
         self.process_started = process_start_time()
 
     # -- checkpoints ----------------------------------------------------------------------------------------
 
-    def restore(self) -> None:
-        """Load the newest complete checkpoint (rank 0 picks it, every rank loads the same one)."""
-        choice: list[CheckpointInfo | None] = [latest_checkpoint(self.root) if self.env.rank == 0 else None]
-        dist.broadcast_object_list(choice, src=0)
-        info = choice[0]
-        if info is None:
-            log.info("no complete checkpoint in %s: starting from scratch", self.root)
-            return
-        meta = self.checkpointer.load(info, self.model, self.optimizer)
-        self.step = int(meta["step"])
-        self.batches.load_state_dict(meta["data"])
-        self.resumed_from = self.step
-        if self.env.rank == 0:
-            log.info("resumed from step %d (saved at world size %s)", self.step, meta.get("world_size"))
+    def _layout_key(self) -> str:
+        """What a snapshot's tensors mean; only snapshots of the same layout are restored."""
+        cfg = self.cfg
+        return (
+            f"{cfg.model}|{self.parallel}|bf16={self.bf16}|seed={cfg.seed}|data={self.shards.fingerprint}"
+            f"|batch={cfg.global_batch}"
+        )
 
-    def save(self) -> None:
-        """Collective checkpoint of the current step."""
-        meta = {
+    def _meta(self) -> dict[str, Any]:
+        return {
             "data": self.batches.state_dict(),
             "world_size": self.env.world_size,
             "samples_seen": self.batches.position,
             "model": self.cfg.model,
         }
-        self.checkpointer.save(self.step, self.model, self.optimizer, meta)
+
+    def restore(self) -> None:
+        """Resume: from an in-memory snapshot when every rank can get one at least as new as the newest
+        complete checkpoint, else from that checkpoint (rank 0 picks it, every rank loads the same one)."""
+        started = time.monotonic()
+        choice: list[CheckpointInfo | None] = [latest_checkpoint(self.root) if self.env.rank == 0 else None]
+        dist.broadcast_object_list(choice, src=0)
+        info = choice[0]
+        if self.snapshots is not None:
+            found = self.snapshots.restore(self.model, self.optimizer, info.step if info else 0)
+            if found is not None:
+                meta, where, self.restore_peers = found
+                self._resume(meta, "memory", started)
+                log.info("rank %d: shard from %s", self.env.rank, where)
+                return
+        if info is None:
+            log.info("no complete checkpoint in %s: starting from scratch", self.root)
+            return
+        meta = self.checkpointer.load(info, self.model, self.optimizer)
+        self._resume({**meta, "step": info.step}, "checkpoint", started)
+
+    def _resume(self, meta: dict[str, Any], source: str, started: float) -> None:
+        self.step = int(meta["step"]) if "step" in meta else self.step
+        self.batches.load_state_dict(meta["data"])
+        self.resumed_from = self.step
+        self.restore_source = source
+        self.restore_seconds = time.monotonic() - started
+        if self.env.rank == 0:
+            log.info(
+                "resumed from step %d from %s in %.2fs (saved at world size %s)",
+                self.step,
+                source,
+                self.restore_seconds,
+                meta.get("world_size"),
+            )
+
+    def save(self) -> None:
+        """Collective checkpoint of the current step (staged and persisted in the background if async)."""
+        if self.cfg.async_checkpoint:
+            self.checkpointer.save_async(self.step, self.model, self.optimizer, self._meta())
+        else:
+            self.checkpointer.save(self.step, self.model, self.optimizer, self._meta())
+
+    def snapshot(self) -> None:
+        """Collective in-memory snapshot of the current step (all ranks agreed none is busy)."""
+        if self.snapshots is not None:
+            self.snapshots.take(self.step, self.model, self.optimizer, {**self._meta(), "step": self.step})
+
+    def finish_background(self) -> None:
+        """Wait for the checkpoint persist and the snapshot copy in flight (stop and end of training)."""
+        self.checkpointer.wait()
+        if self.snapshots is not None:
+            self.snapshots.wait()
 
     # -- one step -------------------------------------------------------------------------------------------
 
@@ -121,7 +184,8 @@ class Trainer:
     def train_step(self, batch: StepBatch) -> torch.Tensor:
         """Forward/backward over the rank's micro-batches and one optimizer step.
 
-        Returns ``[sum of token losses on this rank, stop flag]`` for the caller's all-reduce.
+        Returns ``[sum of token losses on this rank, stop flag, snapshot copy busy]`` for the caller's
+        all-reduce (so every rank agrees whether to stop and whether to skip a snapshot).
         """
         cfg = self.cfg
         tokens_in_step = cfg.global_batch * cfg.seq_len
@@ -146,10 +210,12 @@ class Trainer:
             loss_sum += token_loss.detach() * micro.weight
         if cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.checkpointer.before_update()  # the staging copies must have read the parameters
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        flag = 1.0 if self.stop.requested else 0.0
-        return torch.stack([loss_sum, torch.tensor(flag, device=self.env.device)])
+        stop = 1.0 if self.stop.requested else 0.0
+        busy = 1.0 if self.snapshots is not None and self.snapshots.busy else 0.0
+        return torch.cat([loss_sum.reshape(1), torch.tensor([stop, busy], device=self.env.device)])
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -170,16 +236,26 @@ class Trainer:
                 time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
             elapsed = time.monotonic() - started
             self._record(batch, loss, elapsed)
+            busy = bool(reduced[2].item() > 0)
+            if cfg.snapshot_every and self.step % cfg.snapshot_every == 0 and not busy and not stop:
+                self.snapshot()
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                 self.save()
                 saved_step = self.step
             if stop:
-                if saved_step != self.step:
-                    self.save()
+                self._final_save(saved_step)
                 return self._stop_exit_code()
+        self._final_save(saved_step)
+        return 0
+
+    def _final_save(self, saved_step: int) -> None:
+        """Stop or end: snapshot and checkpoint the last step and wait for both to be complete."""
+        if self.snapshots is not None and self.snapshots.taken_step != self.step:
+            self.snapshots.wait()  # every rank waits, so every rank then takes the same snapshot
+            self.snapshot()
         if saved_step != self.step:
             self.save()
-        return 0
+        self.finish_background()
 
     def _stop_exit_code(self) -> int:
         if self.stop.requested:
@@ -223,6 +299,9 @@ class Trainer:
             "restart": self.step_log.restart,
             "agent_restart": self.env.restart_count,
             "resumed_from": self.resumed_from,
+            "restore_source": self.restore_source,
+            "restore_peers": self.restore_peers,
+            "restore_seconds": round(self.restore_seconds, 3),
             "process_started": self.process_started,
         }
         self.step_log.append(record)
