@@ -188,6 +188,13 @@ def test_managed_etcd_rendezvous_off_workers() -> None:
     assert svc["spec"]["ports"][0]["port"] == 2379
 
 
+def test_rendezvous_server_leaves_a_lost_node_after_the_jobs_grace() -> None:
+    deploy = rendezvous_objects(job(failurePolicy={"nodeFailureGraceSeconds": 7}), Settings())[0]
+    tolerations = deploy["spec"]["template"]["spec"]["tolerations"]
+    lost = {t["key"]: t["tolerationSeconds"] for t in tolerations if t["effect"] == "NoExecute"}
+    assert lost == {"node.kubernetes.io/not-ready": 7, "node.kubernetes.io/unreachable": 7}
+
+
 def test_c10d_rendezvous_pod() -> None:
     j = job(rendezvous={"backend": "c10d"})
     deploy, svc = rendezvous_objects(j, Settings())

@@ -33,7 +33,12 @@ def endpoint(job: LLMTrainingJob) -> str:
 
 
 def _placement(job: LLMTrainingJob, settings: Settings) -> dict[str, Any]:
-    """Prefer nodes without GPUs; tolerate GPU taints so a GPU-only cluster still works."""
+    """Prefer nodes without GPUs; tolerate GPU taints so a GPU-only cluster still works.
+
+    A lost node evicts the server after the job's ``nodeFailureGraceSeconds`` (the rule its workers follow),
+    not the cluster default of 300 s: until its Deployment replaces it, no worker can re-rendezvous.
+    """
+    grace = job.spec.failurePolicy.nodeFailureGraceSeconds
     preferred: list[dict[str, Any]] = [
         {
             "weight": 100,
@@ -62,6 +67,10 @@ def _placement(job: LLMTrainingJob, settings: Settings) -> dict[str, Any]:
         "tolerations": [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},
+            *(
+                {"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": grace}
+                for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+            ),
         ],
     }
     if settings.rendezvous_node_selector:
