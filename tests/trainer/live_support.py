@@ -20,9 +20,7 @@ SEQ_LEN = 32
 SEED = 1234
 
 
-def member_argv(
-    corpus: Path, metrics: Path, etcd: str, prefix: str, member: str, *extra: str
-) -> list[str]:
+def member_argv(corpus: Path, metrics: Path, etcd: str, prefix: str, member: str, *extra: str) -> list[str]:
     """One member of the live driver with the tiny model (same batch settings as the trainer tests)."""
     return [
         sys.executable,

@@ -41,7 +41,9 @@ def form_all(members: list[Membership], left: int, min_members: int) -> list[Gen
     return results
 
 
-def test_members_agree_then_survivors_agree_after_an_eviction(client: EtcdClient, request: pytest.FixtureRequest) -> None:
+def test_members_agree_then_survivors_agree_after_an_eviction(
+    client: EtcdClient, request: pytest.FixtureRequest
+) -> None:
     prefix = f"/live-test/{request.node.name}/"
     members = [Membership(client, prefix, name, ttl=5) for name in ("c", "a", "b")]
     try:

@@ -34,7 +34,8 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_state_from_a_peer(
     common = ("--steps", "100000", "--min-step-seconds", "0.05", "--min-members", "3")
     names = ["m0", "m1", "m2"]
     members = {
-        n: start_member(procs, member_argv(corpus, metrics, etcd.endpoint, prefix, n, *common), n) for n in names
+        n: start_member(procs, member_argv(corpus, metrics, etcd.endpoint, prefix, n, *common), n)
+        for n in names
     }
     spare = start_member(
         procs,

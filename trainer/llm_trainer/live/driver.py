@@ -14,7 +14,6 @@ Exit codes: 0 when the run finished, ``EXIT_EVICTED`` when this member was remov
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -35,8 +34,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from llm_trainer.cli_errors import ExitOnErrorParser, usage_error
 from llm_trainer.config import TrainConfig, model_config
-from llm_trainer.data.order import GlobalOrder
 from llm_trainer.data.loader import DistributedBatches, StepBatch
+from llm_trainer.data.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
 from llm_trainer.distributed import gradient_sync
 from llm_trainer.live import layout
@@ -81,9 +80,13 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
     parser.add_argument("--data", required=True, help="folder of token shards")
     parser.add_argument("--metrics", required=True, help="metrics file (JSON lines, written by rank 0)")
     parser.add_argument("--etcd", default=os.environ.get(ETCD_ENV, ""), help=f"host:port (${ETCD_ENV})")
-    parser.add_argument("--prefix", default=os.environ.get(PREFIX_ENV, ""), help=f"key prefix (${PREFIX_ENV})")
     parser.add_argument(
-        "--member", default=os.environ.get(MEMBER_ENV, ""), help=f"member id (${MEMBER_ENV}; default host-pid)"
+        "--prefix", default=os.environ.get(PREFIX_ENV, ""), help=f"key prefix (${PREFIX_ENV})"
+    )
+    parser.add_argument(
+        "--member",
+        default=os.environ.get(MEMBER_ENV, ""),
+        help=f"member id (${MEMBER_ENV}; default host-pid)",
     )
     parser.add_argument("--min-members", type=int, default=1, help="members needed to form generation 1")
     parser.add_argument("--lease-ttl", type=int, default=3, help="seconds a silent member stays a member")
@@ -206,12 +209,16 @@ class LiveTrainer:
             )
             batches.position = self.progress.position
             if batches.position != self.progress.step * self.cfg.global_batch:
-                raise AssertionError(f"data position {batches.position} does not match step {self.progress.step}")
+                raise AssertionError(
+                    f"data position {batches.position} does not match step {self.progress.step}"
+                )
             step_log = StepLog(self.opts.metrics) if rank == 0 else None
             if step_log is not None:
                 self._log_pending(step_log)
                 if gen.number > 1:
-                    self.membership.client.delete_prefix(layout.generation_prefix(self.opts.prefix, gen.number - 1))
+                    self.membership.client.delete_prefix(
+                        layout.generation_prefix(self.opts.prefix, gen.number - 1)
+                    )
             event = {
                 "event": "formed",
                 "generation": gen.number,

@@ -3,7 +3,8 @@
 Under a job prefix ``P`` (ends with "/"):
 
 * ``P/members/<member>``: one key per live member, attached to the member's lease; the value is JSON
-  ``{"pid": ..., "host": ...}``. Deleting it evicts the member at once (:func:`llm_trainer.live.membership.evict`).
+  ``{"pid": ..., "host": ...}``. Deleting it evicts the member at once
+  (:func:`llm_trainer.live.membership.evict`).
 * ``P/generation``: JSON ``{"generation": N, "members": [sorted ids]}``; changed only by compare-and-set
   on its mod revision, so exactly one proposal wins per generation.
 * ``P/g<N>/arrived/<member>``: a member of generation N is ready to build its process group.
@@ -102,9 +103,7 @@ class Action(Enum):
     """A healthy generation without us is training: wait until it re-forms at a step boundary."""
 
 
-def decide(
-    stored: Generation | None, live: list[str], me: str, left: int, min_members: int
-) -> Action:
+def decide(stored: Generation | None, live: list[str], me: str, left: int, min_members: int) -> Action:
     """Choose the next move of member ``me`` that left generation ``left`` (0: never in one).
 
     Pure: ``stored`` is the generation record, ``live`` the member keys now present; ``min_members`` only

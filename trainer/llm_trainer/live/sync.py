@@ -49,7 +49,7 @@ def state_tensors(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[t
 
 
 def synchronise(
-    module: nn.Module, optimizer: torch.optim.Optimizer, progress: Progress, group: dist.ProcessGroup
+    module: nn.Module, optimizer: torch.optim.Optimizer, progress: Progress, group: dist.ProcessGroup | None
 ) -> tuple[Progress, int | None]:
     """Make every member hold the most advanced state; returns the agreed progress and the source rank
     (None when everyone already agreed and nothing was sent)."""
