@@ -335,6 +335,7 @@ def run(cfg: TrainConfig, opts: LiveOptions) -> int:
     membership = Membership(client, opts.prefix, opts.member, opts.lease_ttl)
     trainer = LiveTrainer(cfg, opts, membership)
     if opts.start_when is not None:
+        print(json.dumps({"event": "waiting", "time": time.time(), "pid": os.getpid()}), flush=True)
         while not opts.start_when.exists():
             time.sleep(0.02)
         print(json.dumps({"event": "released", "time": time.time(), "pid": os.getpid()}), flush=True)
