@@ -8,7 +8,14 @@ from collections.abc import Iterator
 import pytest
 from llm_trainer.live import layout
 from llm_trainer.live.layout import Generation
-from llm_trainer.live.membership import Evicted, Membership, evict, live_members, read_generation
+from llm_trainer.live.membership import (
+    Evicted,
+    Membership,
+    evict,
+    evict_host,
+    live_members,
+    read_generation,
+)
 from llm_trainer.rendezvous.etcd_client import EtcdClient, parse_endpoints
 from llm_trainer.testing.local_etcd import LocalEtcd
 from trainer_support import wait_for
@@ -88,3 +95,21 @@ def test_a_generation_whose_member_never_arrives_is_superseded(
     finally:
         a.leave()
         b.leave()
+
+
+def test_evicting_a_host_removes_all_its_members_and_no_other(
+    client: EtcdClient, request: pytest.FixtureRequest
+) -> None:
+    prefix = f"/live-test/{request.node.name}/"
+    names = ["pod-1.0", "pod-1.1", "pod-10.0", "pod-2.0"]
+    members = [Membership(client, prefix, name, ttl=5) for name in names]
+    try:
+        for member in members:
+            member.register()
+        assert evict_host(client, prefix, "pod-1") == 2
+        assert live_members(client, prefix) == ["pod-10.0", "pod-2.0"]
+        with pytest.raises(ValueError, match="host"):
+            evict_host(client, prefix, "a/b")
+    finally:
+        for member in members:
+            member.leave()

@@ -86,7 +86,7 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
     parser.add_argument(
         "--member",
         default=os.environ.get(MEMBER_ENV, ""),
-        help=f"member id (${MEMBER_ENV}; default host-pid)",
+        help=f"member id (${MEMBER_ENV}; default <host>.<pid>)",
     )
     parser.add_argument("--min-members", type=int, default=1, help="members needed to form generation 1")
     parser.add_argument("--lease-ttl", type=int, default=3, help="seconds a silent member stays a member")
@@ -114,7 +114,7 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
         usage_error(prog, f"--etcd: {exc}")
     if not args.prefix.startswith("/") or not args.prefix.endswith("/"):
         usage_error(prog, f"--prefix must start and end with '/', got {args.prefix!r}")
-    member = args.member or f"{os.uname().nodename}-{os.getpid()}"
+    member = args.member or f"{os.uname().nodename}.{os.getpid()}"
     if not layout.valid_member_id(member):
         usage_error(prog, f"--member {member!r} must be printable ASCII without '/'")
     if args.min_members < 1:

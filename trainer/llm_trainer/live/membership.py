@@ -39,6 +39,14 @@ def evict(client: EtcdClient, prefix: str, member: str) -> bool:
     return client.delete(layout.member_key(prefix, member))
 
 
+def evict_host(client: EtcdClient, prefix: str, host: str) -> int:
+    """Remove every member of pod/host ``host`` (member ids ``<host>.<n>``, the driver's default) at once;
+    returns how many were removed. This is what the operator calls when it sees a node die."""
+    if not layout.valid_member_id(host):
+        raise ValueError(f"host {host!r} must be printable ASCII without '/'")
+    return client.delete_prefix(f"{layout.members_prefix(prefix)}{host}.")
+
+
 def live_members(client: EtcdClient, prefix: str) -> list[str]:
     """Ids of the members whose keys exist now, sorted."""
     folder = layout.members_prefix(prefix)
