@@ -103,3 +103,73 @@ def test_survivors_keep_their_processes_and_a_joiner_gets_state_from_a_peer(
     every_pid = {pid for r in log for pid in (r["pids"] or [])}
     assert every_pid <= original, "a member process was restarted"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "metrics.jsonl", "release-spare"]
+
+
+def test_losses_during_a_recovery_and_joins_of_several_spares_never_wedge(
+    etcd: LocalEtcd, corpus: Path, tmp_path: Path, procs: Processes
+) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    prefix = "/live-churn/"
+    common = ("--steps", "100000", "--min-step-seconds", "0.05", "--min-members", "4")
+    members = {
+        n: start_member(procs, member_argv(corpus, metrics, etcd.endpoint, prefix, n, *common), n)
+        for n in ("m0", "m1", "m2", "m3")
+    }
+    release = tmp_path / "release"
+    spares = {
+        n: start_member(
+            procs,
+            member_argv(corpus, metrics, etcd.endpoint, prefix, n, *common, "--start-when", str(release)),
+            n,
+        )
+        for n in ("s0", "s1")
+    }
+    original = {p.pid for p in members.values()} | {p.pid for p in spares.values()}
+    wait_for(lambda: len(records(metrics)) >= 3, STARTUP, "three steps of four members")
+    client = EtcdClient(parse_endpoints(etcd.endpoint))
+    try:
+        # Two losses back to back: the second lands while the survivors are re-forming.
+        for name in ("m1", "m2"):
+            Processes.kill_group(members[name])
+            assert evict(client, prefix, name) is True
+        both = {members["m0"].pid, members["m3"].pid}
+        wait_for(
+            lambda: any(set(r["pids"] or []) == both for r in records(metrics)), EVENT, "steps of m0 and m3"
+        )
+        wait_for(lambda: all(procs.log_of(s).count('"waiting"') for s in spares.values()), STARTUP, "spares")
+        release.touch()
+        four = both | {p.pid for p in spares.values()}
+        wait_for(lambda: any(set(r["pids"] or []) == four for r in records(metrics)), EVENT, "both spares in")
+        # Rank 0 and a joiner lost at once.
+        for name, proc in (("m0", members["m0"]), ("s0", spares["s0"])):
+            Processes.kill_group(proc)
+            assert evict(client, prefix, name) is True
+        last = {members["m3"].pid, spares["s1"].pid}
+        wait_for(
+            lambda: any(set(r["pids"] or []) == last for r in records(metrics)), EVENT, "m3 and s1 go on"
+        )
+    finally:
+        client.close()
+    assert members["m3"].poll() is None and spares["s1"].poll() is None
+    log = records(metrics)
+    check_exact_sequence(log, corpus)
+    assert {pid for r in log for pid in (r["pids"] or [])} <= original
+    assert {r["world_size"] for r in log} >= {4, 2}
+
+
+def test_a_finished_run_ends_every_member_and_a_late_joiner(
+    etcd: LocalEtcd, corpus: Path, tmp_path: Path, procs: Processes
+) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    prefix = "/live-finish/"
+    common = ("--steps", "6", "--min-members", "2")
+    pair = [
+        start_member(procs, member_argv(corpus, metrics, etcd.endpoint, prefix, n, *common), n)
+        for n in ("a", "b")
+    ]
+    assert [p.wait(STARTUP) for p in pair] == [0, 0]
+    check_exact_sequence(records(metrics), corpus)
+    assert [r["step"] for r in records(metrics)] == list(range(1, 7))
+    late = start_member(procs, member_argv(corpus, metrics, etcd.endpoint, prefix, "late", *common), "late")
+    assert late.wait(STARTUP) == 0
+    assert len(records(metrics)) == 6
