@@ -9,7 +9,8 @@ new world size. Rank 0 of each generation appends one line per step to the metri
 ``train.py``'s metrics.jsonl, plus the generation and the members' PIDs).
 
 Exit codes: 0 when the run finished, ``EXIT_EVICTED`` when this member was removed from the job,
-``EXIT_NO_GENERATION`` when no generation formed within ``--form-timeout``.
+``EXIT_NO_GENERATION`` when no generation formed within ``--form-timeout``, ``EXIT_STATE_LOST`` when every
+member holding the state is gone (the restart path with its checkpoint takes over).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from llm_trainer.distributed import gradient_sync
 from llm_trainer.live import layout
 from llm_trainer.live.layout import Generation
 from llm_trainer.live.membership import Evicted, Membership, RunFinished
-from llm_trainer.live.sync import Progress, synchronise
+from llm_trainer.live.sync import Progress, StateLost, synchronise
 from llm_trainer.metrics import StepLog, last_record
 from llm_trainer.model import Transformer
 from llm_trainer.rendezvous.etcd_client import EtcdClient, parse_endpoints
@@ -52,6 +53,7 @@ log = logging.getLogger("llm_trainer.live")
 
 EXIT_EVICTED = 3
 EXIT_NO_GENERATION = 4
+EXIT_STATE_LOST = 5
 
 ETCD_ENV = "LLMJOB_LIVE_ETCD"
 PREFIX_ENV = "LLMJOB_LIVE_PREFIX"
@@ -202,7 +204,15 @@ class LiveTrainer:
             pids_tensor = [torch.zeros(1, dtype=torch.int64) for _ in range(gen.world_size)]
             dist.all_gather(pids_tensor, torch.tensor([os.getpid()], dtype=torch.int64))
             pids = [int(t.item()) for t in pids_tensor]
-            self.progress, source = synchronise(self.model, self.optimizer, self.progress, None)
+            stored_step = self.membership.client.get(layout.step_key(self.opts.prefix))
+            job_step = int(stored_step.value) if stored_step is not None else 0
+
+            def receiving() -> None:
+                self.progress = replace(self.progress, fresh=True)
+
+            self.progress, source = synchronise(
+                self.model, self.optimizer, self.progress, None, job_step, receiving
+            )
             ddp = DistributedDataParallel(self.model, init_sync=False)
             batches = DistributedBatches(
                 self.shards, self.cfg.seed, self.cfg.global_batch, self.cfg.micro_batch, rank, gen.world_size
@@ -284,6 +294,7 @@ class LiveTrainer:
             time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
         if step_log is not None:
             step_log.append(self._record(batch, gen, pids, loss, time.monotonic() - started, resumed_from))
+            self.membership.client.put(layout.step_key(self.opts.prefix), str(step + 1).encode())
         if reduced[1].item() > 0:
             raise PeerChange()
 
@@ -327,6 +338,7 @@ class LiveTrainer:
         record = self._record(batch, None, None, self.progress.last_loss, 0.0, None)
         record["logged_late"] = True
         step_log.append(record)
+        self.membership.client.put(layout.step_key(self.opts.prefix), str(self.progress.step).encode())
 
 
 def run(cfg: TrainConfig, opts: LiveOptions) -> int:
@@ -360,6 +372,9 @@ def run(cfg: TrainConfig, opts: LiveOptions) -> int:
             except Evicted as exc:
                 log.warning("%s; exiting", exc)
                 return EXIT_EVICTED
+            except StateLost as exc:
+                log.error("%s; exiting for the restart path", exc)
+                return EXIT_STATE_LOST
             except RuntimeError as exc:
                 # A peer vanished mid-step: the partial step is dropped (its gradients are zeroed next step).
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -9,6 +9,8 @@ Under a job prefix ``P`` (ends with "/"):
   on its mod revision, so exactly one proposal wins per generation.
 * ``P/g<N>/arrived/<member>``: a member of generation N is ready to build its process group.
 * ``P/g<N>/store/``: the c10d store of generation N's process group (fresh per generation).
+* ``P/step``: the last step completed (rank 0 writes it every step): a generation of only new members
+  refuses to start from scratch when it is above 0.
 * ``P/done``: the run finished; late joiners exit instead of waiting.
 """
 
@@ -47,6 +49,11 @@ def arrived_key(prefix: str, generation: int, member: str) -> str:
 def store_prefix(prefix: str, generation: int) -> str:
     """Prefix of the c10d store of ``generation``."""
     return f"{generation_prefix(prefix, generation)}store/"
+
+
+def step_key(prefix: str) -> str:
+    """The job's last completed step."""
+    return f"{prefix}step"
 
 
 def done_key(prefix: str) -> str:

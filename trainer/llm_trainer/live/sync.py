@@ -8,6 +8,7 @@ its step: that step is complete, so the others adopt it). Parameters, AdamW mome
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -48,22 +49,41 @@ def state_tensors(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[t
     return tensors
 
 
+class StateLost(RuntimeError):
+    """Every member of the generation is new although the job had trained: only a checkpoint can help."""
+
+
 def synchronise(
-    module: nn.Module, optimizer: torch.optim.Optimizer, progress: Progress, group: dist.ProcessGroup | None
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    progress: Progress,
+    group: dist.ProcessGroup | None,
+    job_step: int = 0,
+    on_receive: Callable[[], None] | None = None,
 ) -> tuple[Progress, int | None]:
     """Make every member hold the most advanced state; returns the agreed progress and the source rank
-    (None when everyone already agreed and nothing was sent)."""
+    (None when everyone already agreed and nothing was sent).
+
+    ``job_step`` is the step the job had reached (from etcd): if every member is new but it is above 0 the
+    state is gone with the old members and :class:`StateLost` is raised. ``on_receive`` is called on the
+    receiving members before anything is overwritten, so that a member whose transfer breaks halfway
+    marks itself new (a half-received state must never become a source).
+    """
     world = dist.get_world_size(group)
     mine = torch.tensor([progress.step, 1 if progress.fresh else 0], dtype=torch.int64)
     gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(gathered, mine, group=group)
     steps = [int(t[0]) for t in gathered]
     fresh = [bool(t[1]) for t in gathered]
+    if all(fresh) and job_step > 0:
+        raise StateLost(f"every member is new but the job had reached step {job_step}")
     best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
     if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
         return progress, None
     candidates = [r for r in range(world) if steps[r] == best and (not fresh[r] or all(fresh))]
     source = min(candidates)
+    if on_receive is not None and dist.get_rank(group) != source:
+        on_receive()
     header = torch.tensor([progress.step, progress.position, progress.last_loss], dtype=torch.float64)
     dist.broadcast(header, src=source, group=group)
     for tensor in state_tensors(module, optimizer):
