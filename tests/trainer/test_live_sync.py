@@ -1,0 +1,63 @@
+"""State hand-over between members, on a one-process gloo group (the multi-process path is covered by
+test_live_recovery.py): refusing to start from scratch, and AdamW state prepared for receiving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.distributed as dist
+from llm_trainer.config import model_config
+from llm_trainer.live.sync import Progress, StateLost, ensure_optimizer_state, state_tensors, synchronise
+from llm_trainer.model import Transformer
+from torch._C._distributed_c10d import HashStore
+
+
+@pytest.fixture
+def group() -> Iterator[None]:
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def model_and_optimizer() -> tuple[Transformer, torch.optim.Optimizer]:
+    model = Transformer(model_config("tiny"))
+    model.init_weights(1)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+
+
+def test_new_members_refuse_to_restart_a_job_that_had_trained(group: None) -> None:
+    model, optimizer = model_and_optimizer()
+    with pytest.raises(StateLost, match="step 7"):
+        synchronise(model, optimizer, Progress(0, 0, float("nan"), fresh=True), None, job_step=7)
+
+
+def test_a_new_job_starts_from_rank_0_and_agreeing_members_send_nothing(group: None) -> None:
+    model, optimizer = model_and_optimizer()
+    received: list[int] = []
+    agreed, source = synchronise(
+        model, optimizer, Progress(0, 0, float("nan"), fresh=True), None, 0, lambda: received.append(1)
+    )
+    assert (agreed.step, agreed.fresh, source) == (0, False, 0)
+    assert received == []  # rank 0 is the source: it overwrites nothing
+    agreed, source = synchronise(model, optimizer, Progress(3, 36, 2.5, fresh=False), None, 3)
+    assert source is None and agreed == Progress(3, 36, 2.5, fresh=False)
+
+
+def test_prepared_optimizer_state_steps_exactly_like_adamw_own() -> None:
+    tokens = torch.randint(0, 256, (2, 16))
+    results = []
+    for prepare in (False, True):
+        model, optimizer = model_and_optimizer()
+        if prepare:
+            ensure_optimizer_state(optimizer)
+            assert len(state_tensors(model, optimizer)) == 4 * len(list(model.parameters()))
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(tokens).float().square().mean().backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+        results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.equal(results[0], results[1])

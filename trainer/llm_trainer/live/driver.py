@@ -1,0 +1,397 @@
+"""A training driver whose processes survive membership changes (issue 11).
+
+Each process is one member. It trains the project's model on the project's data order; when a peer is
+lost (a collective raises, or the etcd watch shows the membership changed) it drops the partial step,
+destroys the process group, agrees on the next generation in etcd, builds a fresh gloo group on a fresh
+store prefix, takes the most advanced state from a peer (a joiner gets everything this way, no checkpoint
+is read) and continues from the last completed step with its share of the global batch recomputed for the
+new world size. Rank 0 of each generation appends one line per step to the metrics file (same fields as
+``train.py``'s metrics.jsonl, plus the generation and the members' PIDs).
+
+Exit codes: 0 when the run finished, ``EXIT_EVICTED`` when this member was removed from the job,
+``EXIT_NO_GENERATION`` when no generation formed within ``--form-timeout``, ``EXIT_STATE_LOST`` when every
+member holding the state is gone (the restart path with its checkpoint takes over).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+import zlib
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from llm_trainer.cli_errors import ExitOnErrorParser, usage_error
+from llm_trainer.config import TrainConfig, model_config
+from llm_trainer.data.loader import DistributedBatches, StepBatch
+from llm_trainer.data.order import GlobalOrder
+from llm_trainer.data.shards import TokenShards
+from llm_trainer.distributed import gradient_sync
+from llm_trainer.live import layout
+from llm_trainer.live.layout import Generation
+from llm_trainer.live.membership import Evicted, Membership, RunFinished
+from llm_trainer.live.sync import Progress, StateLost, synchronise
+from llm_trainer.metrics import StepLog, last_record
+from llm_trainer.model import Transformer
+from llm_trainer.rendezvous.etcd_client import EtcdClient, parse_endpoints
+from llm_trainer.rendezvous.etcd_store import EtcdV3Store
+from llm_trainer.train import learning_rate
+
+log = logging.getLogger("llm_trainer.live")
+
+EXIT_EVICTED = 3
+EXIT_NO_GENERATION = 4
+EXIT_STATE_LOST = 5
+
+ETCD_ENV = "LLMJOB_LIVE_ETCD"
+PREFIX_ENV = "LLMJOB_LIVE_PREFIX"
+MEMBER_ENV = "LLMJOB_LIVE_MEMBER"
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """The driver's own options (the training ones are a :class:`TrainConfig`)."""
+
+    etcd: str
+    prefix: str
+    member: str
+    metrics: Path
+    min_members: int
+    lease_ttl: int
+    collective_timeout: float
+    form_timeout: float
+    start_when: Path | None
+    """Warm spare: wait (imported, model built) until this file exists before joining."""
+
+
+def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
+    """Options; a bad value exits 2 with one line naming it."""
+    parser = ExitOnErrorParser(prog="python -m llm_trainer.live", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="folder of token shards")
+    parser.add_argument("--metrics", required=True, help="metrics file (JSON lines, written by rank 0)")
+    parser.add_argument("--etcd", default=os.environ.get(ETCD_ENV, ""), help=f"host:port (${ETCD_ENV})")
+    parser.add_argument(
+        "--prefix", default=os.environ.get(PREFIX_ENV, ""), help=f"key prefix (${PREFIX_ENV})"
+    )
+    parser.add_argument(
+        "--member",
+        default=os.environ.get(MEMBER_ENV, ""),
+        help=f"member id (${MEMBER_ENV}; default <host>.<pid>)",
+    )
+    parser.add_argument("--min-members", type=int, default=1, help="members needed to form generation 1")
+    parser.add_argument("--lease-ttl", type=int, default=3, help="seconds a silent member stays a member")
+    parser.add_argument("--collective-timeout", type=float, default=30.0)
+    parser.add_argument("--form-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--start-when", default="", help="warm spare: join only once this file exists (imports done before)"
+    )
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--seq-len", type=int, default=32)
+    parser.add_argument("--global-batch", type=int, default=12)
+    parser.add_argument("--micro-batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--warmup-steps", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--min-step-seconds", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    prog = parser.prog
+    if not args.etcd:
+        usage_error(prog, f"--etcd is required (or set ${ETCD_ENV})")
+    try:
+        parse_endpoints(args.etcd)
+    except ValueError as exc:
+        usage_error(prog, f"--etcd: {exc}")
+    if not args.prefix.startswith("/") or not args.prefix.endswith("/"):
+        usage_error(prog, f"--prefix must start and end with '/', got {args.prefix!r}")
+    member = args.member or f"{os.uname().nodename}.{os.getpid()}"
+    if not layout.valid_member_id(member):
+        usage_error(prog, f"--member {member!r} must be printable ASCII without '/'")
+    if args.min_members < 1:
+        usage_error(prog, "--min-members must be at least 1")
+    if args.lease_ttl < 2:
+        usage_error(prog, "--lease-ttl must be at least 2 seconds")
+    for name in ("steps", "global_batch", "micro_batch", "seq_len"):
+        if getattr(args, name) < 1:
+            usage_error(prog, f"--{name.replace('_', '-')} must be at least 1")
+    cfg = TrainConfig(
+        data=args.data,
+        model=args.model,
+        seq_len=args.seq_len,
+        global_batch=args.global_batch,
+        micro_batch=args.micro_batch,
+        steps=args.steps,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        seed=args.seed,
+        min_step_seconds=args.min_step_seconds,
+        metrics_port=0,
+    )
+    try:
+        model_config(cfg.model)
+    except (KeyError, ValueError) as exc:
+        usage_error(prog, f"--model: {exc}")
+    opts = LiveOptions(
+        etcd=args.etcd,
+        prefix=args.prefix,
+        member=member,
+        metrics=Path(args.metrics),
+        min_members=args.min_members,
+        lease_ttl=args.lease_ttl,
+        collective_timeout=args.collective_timeout,
+        form_timeout=args.form_timeout,
+        start_when=Path(args.start_when) if args.start_when else None,
+    )
+    return cfg, opts
+
+
+class PeerChange(Exception):
+    """The members agreed at a step boundary that the membership changed."""
+
+
+class LiveTrainer:
+    """Model, optimizer and progress that outlive process groups."""
+
+    def __init__(self, cfg: TrainConfig, opts: LiveOptions, membership: Membership) -> None:
+        self.cfg = cfg
+        self.opts = opts
+        self.membership = membership
+        self.shards = TokenShards(Path(cfg.data), cfg.seq_len)
+        self.model = Transformer(model_config(cfg.model))
+        self.model.init_weights(cfg.seed)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
+        )
+        self.progress = Progress(step=0, position=0, last_loss=math.nan, fresh=True)
+        self.order = GlobalOrder(self.shards.num_samples, cfg.seed)
+        self.process_started = time.time()
+
+    # -- one generation -------------------------------------------------------------------------------------
+
+    def run_generation(self, gen: Generation) -> bool:
+        """Form ``gen``'s group, sync state, train until done (True) or a membership change (False).
+
+        Any collective failure propagates as ``RuntimeError`` (``DistBackendError`` is one).
+        """
+        formed_at = time.time()
+        rank = gen.rank_of(self.opts.member)
+        store = EtcdV3Store(
+            self.membership.client,
+            layout.store_prefix(self.opts.prefix, gen.number),
+            self.membership.lease,
+            timeout=timedelta(seconds=self.opts.collective_timeout),
+        )
+        dist.init_process_group(
+            "gloo",
+            store=store,
+            rank=rank,
+            world_size=gen.world_size,
+            timeout=timedelta(seconds=self.opts.collective_timeout),
+        )
+        try:
+            pids_tensor = [torch.zeros(1, dtype=torch.int64) for _ in range(gen.world_size)]
+            dist.all_gather(pids_tensor, torch.tensor([os.getpid()], dtype=torch.int64))
+            pids = [int(t.item()) for t in pids_tensor]
+            stored_step = self.membership.client.get(layout.step_key(self.opts.prefix))
+            job_step = int(stored_step.value) if stored_step is not None else 0
+
+            def receiving() -> None:
+                self.progress = replace(self.progress, fresh=True)
+
+            self.progress, source = synchronise(
+                self.model, self.optimizer, self.progress, None, job_step, receiving
+            )
+            ddp = DistributedDataParallel(self.model, init_sync=False)
+            batches = DistributedBatches(
+                self.shards, self.cfg.seed, self.cfg.global_batch, self.cfg.micro_batch, rank, gen.world_size
+            )
+            batches.position = self.progress.position
+            if batches.position != self.progress.step * self.cfg.global_batch:
+                raise AssertionError(
+                    f"data position {batches.position} does not match step {self.progress.step}"
+                )
+            step_log = StepLog(self.opts.metrics) if rank == 0 else None
+            if step_log is not None:
+                self._log_pending(step_log)
+                if gen.number > 1:
+                    self.membership.client.delete_prefix(
+                        layout.generation_prefix(self.opts.prefix, gen.number - 1)
+                    )
+            event = {
+                "event": "formed",
+                "generation": gen.number,
+                "world_size": gen.world_size,
+                "rank": rank,
+                "step": self.progress.step,
+                "source": source,
+                "formed_at": formed_at,
+                "ready_at": time.time(),
+                "pid": os.getpid(),
+            }
+            print(json.dumps(event), flush=True)
+            resumed_from = self.progress.step
+            while self.progress.step < self.cfg.steps:
+                self._train_step(ddp, batches, gen, pids, step_log, resumed_from)
+            if rank == 0:
+                self.membership.finish()
+            return True
+        except PeerChange:
+            return False
+        finally:
+            dist.destroy_process_group()
+
+    def _train_step(
+        self,
+        ddp: nn.Module,
+        batches: DistributedBatches,
+        gen: Generation,
+        pids: list[int],
+        step_log: StepLog | None,
+        resumed_from: int,
+    ) -> None:
+        cfg = self.cfg
+        started = time.monotonic()
+        step = self.progress.step
+        batch = batches.next_step()
+        tokens_in_step = cfg.global_batch * cfg.seq_len
+        scale = gen.world_size / tokens_in_step
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(cfg, step)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros(())
+        last = len(batch.micro_batches) - 1
+        for index, micro in enumerate(batch.micro_batches):
+            with gradient_sync(ddp, index == last):
+                logits = ddp(micro.inputs)
+                token_loss = F.cross_entropy(
+                    logits.float().reshape(-1, logits.shape[-1]), micro.targets.reshape(-1), reduction="sum"
+                )
+                scaled: torch.Tensor = token_loss * (scale * micro.weight)
+                scaled.backward()  # type: ignore[no-untyped-call]
+            loss_sum += token_loss.detach() * micro.weight
+        changed = self.membership.changed.is_set() and self.membership.differs(gen)
+        reduced = torch.stack([loss_sum, torch.tensor(1.0 if changed else 0.0)])
+        # The step is complete once this all-reduce returns: every member's gradients were summed.
+        dist.all_reduce(reduced)
+        if cfg.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        loss = float(reduced[0].item()) / tokens_in_step
+        self.progress = Progress(step + 1, batch.stop, loss, fresh=False)
+        if cfg.min_step_seconds > 0:
+            time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
+        if step_log is not None:
+            step_log.append(self._record(batch, gen, pids, loss, time.monotonic() - started, resumed_from))
+            self.membership.client.put(layout.step_key(self.opts.prefix), str(step + 1).encode())
+        if reduced[1].item() > 0:
+            raise PeerChange()
+
+    def _record(
+        self,
+        batch: StepBatch,
+        gen: Generation | None,
+        pids: list[int] | None,
+        loss: float,
+        elapsed: float,
+        resumed_from: int | None,
+    ) -> dict[str, object]:
+        ids = self.order.sample_ids(batch.start, batch.stop)
+        return {
+            "time": round(time.time(), 3),
+            "step": self.progress.step,
+            "loss": round(loss, 6) if math.isfinite(loss) else None,
+            "world_size": gen.world_size if gen is not None else None,
+            "global_batch": self.cfg.global_batch,
+            "samples_seen": batch.stop,
+            "sample_start": batch.start,
+            "sample_end": batch.stop,
+            "samples_crc32": zlib.crc32(np.asarray(ids, dtype="<i8").tobytes()),
+            "step_time": round(elapsed, 4),
+            "generation": gen.number if gen is not None else None,
+            "members": list(gen.members) if gen is not None else None,
+            "pids": pids,
+            "resumed_from": resumed_from,
+        }
+
+    def _log_pending(self, step_log: StepLog) -> None:
+        """Log the step a survivor completed whose rank 0 died before writing it (at most one)."""
+        previous = last_record(self.opts.metrics)
+        logged = int(previous["step"]) if previous else 0
+        if logged >= self.progress.step:
+            return
+        if logged != self.progress.step - 1:
+            log.warning("metrics end at step %d but training completed %d", logged, self.progress.step)
+        stop = self.progress.position
+        batch = StepBatch(stop - self.cfg.global_batch, stop, [], [])
+        record = self._record(batch, None, None, self.progress.last_loss, 0.0, None)
+        record["logged_late"] = True
+        step_log.append(record)
+        self.membership.client.put(layout.step_key(self.opts.prefix), str(self.progress.step).encode())
+
+
+def run(cfg: TrainConfig, opts: LiveOptions) -> int:
+    """Train as one member until the run is done; returns the exit code."""
+    client = EtcdClient(parse_endpoints(opts.etcd))
+    membership = Membership(client, opts.prefix, opts.member, opts.lease_ttl)
+    trainer = LiveTrainer(cfg, opts, membership)
+    if opts.start_when is not None:
+        print(json.dumps({"event": "waiting", "time": time.time(), "pid": os.getpid()}), flush=True)
+        while not opts.start_when.exists():
+            time.sleep(0.02)
+        print(json.dumps({"event": "released", "time": time.time(), "pid": os.getpid()}), flush=True)
+    membership.register()
+    left = 0
+    try:
+        while True:
+            try:
+                gen = membership.next_generation(left, opts.min_members, opts.form_timeout)
+            except RunFinished:
+                return 0
+            except Evicted as exc:
+                log.warning("%s; exiting", exc)
+                return EXIT_EVICTED
+            except TimeoutError as exc:
+                log.error("%s", exc)
+                return EXIT_NO_GENERATION
+            try:
+                if trainer.run_generation(gen):
+                    return 0
+                log.info("membership changed after step %d; re-forming", trainer.progress.step)
+            except Evicted as exc:
+                log.warning("%s; exiting", exc)
+                return EXIT_EVICTED
+            except StateLost as exc:
+                log.error("%s; exiting for the restart path", exc)
+                return EXIT_STATE_LOST
+            except RuntimeError as exc:
+                # A peer vanished mid-step: the partial step is dropped (its gradients are zeroed next step).
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                log.warning("generation %d failed at step %d: %s", gen.number, trainer.progress.step, first)
+            left = gen.number
+    finally:
+        membership.leave()
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m llm_trainer.live``."""
+    logging.basicConfig(
+        level=os.environ.get("LOGLEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    cfg, opts = parse_args(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    return run(replace(cfg), opts)

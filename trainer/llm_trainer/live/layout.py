@@ -1,0 +1,127 @@
+"""The etcd key layout of live membership, and the pure decisions made on it (no I/O here).
+
+Under a job prefix ``P`` (ends with "/"):
+
+* ``P/members/<member>``: one key per live member, attached to the member's lease; the value is JSON
+  ``{"pid": ..., "host": ...}``. Deleting it evicts the member at once
+  (:func:`llm_trainer.live.membership.evict`).
+* ``P/generation``: JSON ``{"generation": N, "members": [sorted ids]}``; changed only by compare-and-set
+  on its mod revision, so exactly one proposal wins per generation.
+* ``P/g<N>/arrived/<member>``: a member of generation N is ready to build its process group.
+* ``P/g<N>/store/``: the c10d store of generation N's process group (fresh per generation).
+* ``P/step``: the last step completed (rank 0 writes it every step): a generation of only new members
+  refuses to start from scratch when it is above 0.
+* ``P/done``: the run finished; late joiners exit instead of waiting.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+
+
+def members_prefix(prefix: str) -> str:
+    """Folder of the member keys."""
+    return f"{prefix}members/"
+
+
+def member_key(prefix: str, member: str) -> str:
+    """The lease-backed key of one member."""
+    return f"{members_prefix(prefix)}{member}"
+
+
+def generation_key(prefix: str) -> str:
+    """The generation record (compare-and-set only)."""
+    return f"{prefix}generation"
+
+
+def generation_prefix(prefix: str, generation: int) -> str:
+    """Everything that belongs to one generation."""
+    return f"{prefix}g{generation}/"
+
+
+def arrived_key(prefix: str, generation: int, member: str) -> str:
+    """Set by a member of ``generation`` once it is ready to form the process group."""
+    return f"{generation_prefix(prefix, generation)}arrived/{member}"
+
+
+def store_prefix(prefix: str, generation: int) -> str:
+    """Prefix of the c10d store of ``generation``."""
+    return f"{generation_prefix(prefix, generation)}store/"
+
+
+def step_key(prefix: str) -> str:
+    """The job's last completed step."""
+    return f"{prefix}step"
+
+
+def done_key(prefix: str) -> str:
+    """Marks the run as finished."""
+    return f"{prefix}done"
+
+
+def valid_member_id(member: str) -> bool:
+    """Member ids are one path segment of printable ASCII without "/"."""
+    return bool(member) and "/" not in member and member.isprintable() and member.isascii()
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One agreed membership: ranks are the positions in ``members`` (sorted ids)."""
+
+    number: int
+    members: tuple[str, ...]
+
+    def rank_of(self, member: str) -> int:
+        """This member's rank in the generation."""
+        return self.members.index(member)
+
+    @property
+    def world_size(self) -> int:
+        """How many members train in this generation."""
+        return len(self.members)
+
+    def encode(self) -> bytes:
+        """The stored JSON."""
+        return json.dumps({"generation": self.number, "members": list(self.members)}).encode()
+
+    @staticmethod
+    def decode(raw: bytes) -> Generation:
+        """Parse a stored record."""
+        data = json.loads(raw)
+        return Generation(int(data["generation"]), tuple(str(m) for m in data["members"]))
+
+
+def propose(current: Generation | None, live: list[str]) -> Generation:
+    """The next generation: every live member, ranked by sorted id (deterministic on every member)."""
+    number = current.number + 1 if current is not None else 1
+    return Generation(number, tuple(sorted(set(live))))
+
+
+class Action(Enum):
+    """What a member that needs a (new) generation does after reading the record and the live members."""
+
+    JOIN = "join"
+    """The stored generation is newer than the one we left and includes us: form it."""
+    PROPOSE = "propose"
+    """Compare-and-set the next generation of every live member."""
+    WAIT = "wait"
+    """A healthy generation without us is training: wait until it re-forms at a step boundary."""
+
+
+def decide(stored: Generation | None, live: list[str], me: str, left: int, min_members: int) -> Action:
+    """Choose the next move of member ``me`` that left generation ``left`` (0: never in one).
+
+    Pure: ``stored`` is the generation record, ``live`` the member keys now present; ``min_members`` only
+    holds back the first generation (after that, training goes on with whoever is left).
+    """
+    if stored is not None and stored.number > left and me in stored.members:
+        if all(m in live for m in stored.members):
+            return Action.JOIN
+        return Action.PROPOSE  # one of its members is gone already: supersede it
+    if stored is None:
+        return Action.PROPOSE if len(live) >= min_members else Action.WAIT
+    if me not in stored.members and all(m in live for m in stored.members) and left == 0:
+        return Action.WAIT  # a joiner: the running generation takes us in at its next step boundary
+    return Action.PROPOSE

@@ -1,0 +1,168 @@
+"""Live membership in etcd: register with a lease, agree on the next generation, evict, watch changes.
+
+See :mod:`llm_trainer.live.layout` for the keys. A member is one training process. Agreement is a
+compare-and-set on the generation key; a generation is only used once every member it names has
+arrived, and it is abandoned (superseded by the next one) as soon as one of them is no longer live.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+
+from llm_trainer.live import layout
+from llm_trainer.live.layout import Action, Generation
+from llm_trainer.rendezvous.etcd_client import EtcdClient, LeaseKeeper
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.02
+
+
+class Evicted(RuntimeError):
+    """This member's key was deleted (by the operator, or its lease expired): it must leave."""
+
+
+class RunFinished(RuntimeError):
+    """The run is done; a late joiner has nothing to join."""
+
+
+def evict(client: EtcdClient, prefix: str, member: str) -> bool:
+    """Remove ``member`` from the job under ``prefix`` at once; True when it was a member.
+
+    The survivors see the deletion through their watch and re-form without waiting for a lease to expire.
+    """
+    return client.delete(layout.member_key(prefix, member))
+
+
+def evict_host(client: EtcdClient, prefix: str, host: str) -> int:
+    """Remove every member of pod/host ``host`` (member ids ``<host>.<n>``, the driver's default) at once;
+    returns how many were removed. This is what the operator calls when it sees a node die."""
+    if not layout.valid_member_id(host):
+        raise ValueError(f"host {host!r} must be printable ASCII without '/'")
+    return client.delete_prefix(f"{layout.members_prefix(prefix)}{host}.")
+
+
+def live_members(client: EtcdClient, prefix: str) -> list[str]:
+    """Ids of the members whose keys exist now, sorted."""
+    folder = layout.members_prefix(prefix)
+    return [key[len(folder) :] for key in client.keys_with_prefix(folder)]
+
+
+def read_generation(client: EtcdClient, prefix: str) -> tuple[Generation | None, int | None]:
+    """The stored generation and its mod revision (None, None when there is none yet)."""
+    kv = client.get(layout.generation_key(prefix))
+    if kv is None:
+        return None, None
+    return Generation.decode(kv.value), kv.mod_revision
+
+
+class Membership:
+    """One member's view: its lease-backed key, the generation it is in, and a change flag from watches."""
+
+    def __init__(self, client: EtcdClient, prefix: str, member: str, ttl: int) -> None:
+        if not prefix.endswith("/"):
+            raise ValueError(f"live prefix must end with '/': {prefix!r}")
+        if not layout.valid_member_id(member):
+            raise ValueError(f"member id {member!r} must be printable ASCII without '/'")
+        self.client = client
+        self.prefix = prefix
+        self.member = member
+        self.lease = LeaseKeeper(client, ttl)
+        self.changed = threading.Event()
+        self._watches: list[int] = []
+
+    def register(self) -> None:
+        """Put this member's key on its lease and start watching members and the generation record."""
+        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+        _, revision = self.client.get_at(layout.generation_key(self.prefix))
+        self.client.put(layout.member_key(self.prefix, self.member), info, lease=self.lease.lease_id)
+
+        def wake(_keys: list[bytes]) -> None:
+            self.changed.set()
+
+        # EtcdClient reports puts only; a delete arrives as an empty key list, which also sets the flag.
+        self._watches.append(self.client.watch(layout.members_prefix(self.prefix), revision + 1, wake))
+        self._watches.append(self.client.watch(layout.generation_key(self.prefix), revision + 1, wake))
+
+    def is_live(self) -> bool:
+        """Whether this member's key still exists."""
+        return self.client.get(layout.member_key(self.prefix, self.member)) is not None
+
+    def differs(self, generation: Generation) -> bool:
+        """Whether the live members or the stored generation no longer match ``generation`` (one read
+        each; call it when :attr:`changed` is set)."""
+        self.changed.clear()
+        live = live_members(self.client, self.prefix)
+        if self.member not in live:
+            raise Evicted(f"member {self.member} was removed from {self.prefix}")
+        stored, _ = read_generation(self.client, self.prefix)
+        return tuple(live) != generation.members or (stored is not None and stored != generation)
+
+    def next_generation(self, left: int, min_members: int, timeout: float) -> Generation:
+        """Agree on the generation after ``left`` and wait until all its members arrived.
+
+        Loops until a generation forms whose members are all live and arrived; raises :class:`Evicted`
+        when this member's key is gone and :class:`RunFinished` when the run is done.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no generation after {left} formed within {timeout:g}s")
+            if self.client.get(layout.done_key(self.prefix)) is not None:
+                raise RunFinished("the run finished")
+            live = live_members(self.client, self.prefix)
+            if self.member not in live:
+                raise Evicted(f"member {self.member} was removed from {self.prefix}")
+            stored, revision = read_generation(self.client, self.prefix)
+            action = layout.decide(stored, live, self.member, left, min_members)
+            if action is Action.WAIT:
+                self.changed.wait(0.25)
+                self.changed.clear()
+                continue
+            if action is Action.PROPOSE:
+                proposal = layout.propose(stored, live)
+                ok, _ = self.client.swap(layout.generation_key(self.prefix), proposal.encode(), revision)
+                if not ok:
+                    continue  # another member won; read its proposal
+                log.info("proposed generation %d: %s", proposal.number, ",".join(proposal.members))
+                stored = proposal
+            assert stored is not None
+            if self._arrive(stored, deadline):
+                self.changed.clear()
+                return stored
+            left = max(left, stored.number)
+
+    def _arrive(self, generation: Generation, deadline: float) -> bool:
+        """Announce arrival and wait for every member; False when the generation must be superseded."""
+        self.client.put(
+            layout.arrived_key(self.prefix, generation.number, self.member), b"1", lease=self.lease.lease_id
+        )
+        folder = f"{layout.generation_prefix(self.prefix, generation.number)}arrived/"
+        while time.monotonic() < deadline:
+            arrived = {key[len(folder) :] for key in self.client.keys_with_prefix(folder)}
+            if arrived.issuperset(generation.members):
+                return True
+            live = set(live_members(self.client, self.prefix))
+            if not live.issuperset(generation.members):
+                return False
+            stored, _ = read_generation(self.client, self.prefix)
+            if stored is not None and stored.number > generation.number:
+                return False
+            self.changed.wait(POLL_SECONDS)
+            self.changed.clear()
+        return False
+
+    def finish(self) -> None:
+        """Mark the run done (rank 0 at the end)."""
+        self.client.put(layout.done_key(self.prefix), b"1")
+
+    def leave(self) -> None:
+        """Stop watching, delete this member's key (revoking the lease) and close."""
+        for watch_id in self._watches:
+            self.client.cancel_watch(watch_id)
+        self.lease.close(revoke=True)

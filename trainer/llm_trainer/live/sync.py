@@ -1,0 +1,92 @@
+"""Hand the training state from one member to the others over the new process group (no checkpoint).
+
+Every member first shares its completed step; the lowest rank among those with the highest step is the
+source (a survivor can be one step ahead when a peer died between the gradient all-reduce and the end of
+its step: that step is complete, so the others adopt it). Parameters, AdamW moments and a small header
+(step, data position, last loss) are broadcast from the source only when some member is behind or new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class Progress:
+    """What a member knows beyond the tensors: completed steps, data position, loss of its last step."""
+
+    step: int
+    position: int
+    last_loss: float
+    fresh: bool
+    """True for a member that holds no trained state yet (a joiner)."""
+
+
+def ensure_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create AdamW's per-parameter state (zeros) where it is missing, so it can be received in place."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state[param]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+
+
+def state_tensors(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every tensor of the training state, in the same order on every member."""
+    ensure_optimizer_state(optimizer)
+    tensors: list[torch.Tensor] = [p.data for p in module.parameters()]
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state[param]
+            tensors += [state["step"], state["exp_avg"], state["exp_avg_sq"]]
+    return tensors
+
+
+class StateLost(RuntimeError):
+    """Every member of the generation is new although the job had trained: only a checkpoint can help."""
+
+
+def synchronise(
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    progress: Progress,
+    group: dist.ProcessGroup | None,
+    job_step: int = 0,
+    on_receive: Callable[[], None] | None = None,
+) -> tuple[Progress, int | None]:
+    """Make every member hold the most advanced state; returns the agreed progress and the source rank
+    (None when everyone already agreed and nothing was sent).
+
+    ``job_step`` is the step the job had reached (from etcd): if every member is new but it is above 0 the
+    state is gone with the old members and :class:`StateLost` is raised. ``on_receive`` is called on the
+    receiving members before anything is overwritten, so that a member whose transfer breaks halfway
+    marks itself new (a half-received state must never become a source).
+    """
+    world = dist.get_world_size(group)
+    mine = torch.tensor([progress.step, 1 if progress.fresh else 0], dtype=torch.int64)
+    gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(gathered, mine, group=group)
+    steps = [int(t[0]) for t in gathered]
+    fresh = [bool(t[1]) for t in gathered]
+    if all(fresh) and job_step > 0:
+        raise StateLost(f"every member is new but the job had reached step {job_step}")
+    best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
+    if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
+        return progress, None
+    candidates = [r for r in range(world) if steps[r] == best and (not fresh[r] or all(fresh))]
+    source = min(candidates)
+    if on_receive is not None and dist.get_rank(group) != source:
+        on_receive()
+    header = torch.tensor([progress.step, progress.position, progress.last_loss], dtype=torch.float64)
+    dist.broadcast(header, src=source, group=group)
+    for tensor in state_tensors(module, optimizer):
+        dist.broadcast(tensor, src=source, group=group)
+    agreed = Progress(int(header[0]), int(header[1]), float(header[2]), fresh=False)
+    return agreed, source
