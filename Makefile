@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 .PHONY: help setup tools test test-unit lint crds demo bench clean-cluster
 
 help:
-	@echo "make demo    - build tools (first run), start a local cluster, run the operator and a job, inject a node failure"
+	@echo "make demo    - build tools (first run), local cluster whose pods run, the operator and a job that trains through a node loss"
 	@echo "make test    - unit, trainer, chart and integration tests against a real local control plane"
 	@echo "make lint    - ruff + mypy --strict on the packages"
 	@echo "make crds    - regenerate crds/, the chart's copy and docs/api.md from the API models"
