@@ -118,7 +118,7 @@ class JobController:
         )
         for d in decided.delete:
             self.expect.expect_deleted(d.pod.uid)
-        pods = [worker_pod(job, index, decided.attempt) for index in decided.create]
+        pods = [worker_pod(job, index, decided.attempt, decided.avoid_nodes) for index in decided.create]
         created = await asyncio.gather(*(self.kube.create(p) for p in pods))
         for pod, made in zip(pods, created, strict=True):
             view = pod_view(pod)
