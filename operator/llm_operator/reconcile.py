@@ -16,6 +16,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | below minReplicas for too long | ``steps.below_min.below_min`` |
 | suspend | ``steps.suspend.suspend`` |
 | finished: stop workers, TTL | ``steps.finish.finish`` |
+| checkpointDir not on a shared volume (warning) | ``steps.storage.checkpoint_sharing`` |
 | phase, conditions, status record | ``steps.status.status`` |
 """
 
@@ -32,6 +33,7 @@ from llm_operator.steps.placement import observe_nodes
 from llm_operator.steps.sizing import count_restart, resize, scale
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
+from llm_operator.steps.storage import checkpoint_sharing
 from llm_operator.steps.suspend import suspend
 
 __all__ = ["STEPS", "TERMINAL", "Deletion", "Plan", "plan"]
@@ -49,6 +51,7 @@ STEPS: tuple[Step, ...] = (
     below_min,
     suspend,
     finish,
+    checkpoint_sharing,
     status,
 )
 """The order matters: failures before sizing (a replacement is a restart), sizing before scaling,

@@ -209,7 +209,7 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Condition type: Ready, Degraded, Resizing, Suspended, Complete, Failed."""
+    """Condition type: Ready, Degraded, Suspended, Complete, Failed, CheckpointNotShared, Stalled."""
     status: Literal["True", "False", "Unknown"]
     """Condition status."""
     reason: str = ""

@@ -75,6 +75,8 @@ class PassState:
     completion: str | None
     replacing: bool = False
     """Lost or failed workers are being replaced this pass (a restart)."""
+    extra_conditions: list[dict[str, Any]] = field(default_factory=list)
+    """Conditions beyond the phase-derived ones (CheckpointNotShared, Stalled), merged by the status step."""
     out: Plan = field(default_factory=Plan)
 
     @classmethod
@@ -147,6 +149,10 @@ class PassState:
     def live(self) -> bool:
         """Neither finished nor suspended: the steps that keep workers running apply."""
         return self.terminal_phase is None and not self.job.spec.suspend
+
+    def had_condition(self, ctype: str) -> str | None:
+        """The status ("True"/"False") of a condition in the job's last status, None when absent."""
+        return next((c.status for c in self.job.status.conditions if c.type == ctype), None)
 
     def finish(self, phase: str, reason: str, message: str) -> None:
         """Reach a terminal phase this pass."""

@@ -58,5 +58,6 @@ def status(s: PassState) -> None:
         "rendezvousEndpoint": rendezvous.endpoint(job),
     }
     conds = conditions(phase, s.target, s.desired, size_note, message, job.metadata.generation)
+    conds += s.extra_conditions
     record["conditions"] = merge_conditions([c.model_dump() for c in old.conditions], conds, s.now)
     out.status = record
