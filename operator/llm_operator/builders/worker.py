@@ -131,11 +131,11 @@ def _affinity(job: LLMTrainingJob, avoid_nodes: Iterable[str] = ()) -> dict[str,
     if types:
         expr = {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(types)}
         _and_into_required(affinity, "matchExpressions", expr)
-    avoid = sorted(set(avoid_nodes))
-    if avoid:
-        # By node name (matchFields), not the hostname label, which need not equal the name. The scheduler
-        # honours it even before its cache has seen the node's taint or cordon.
-        field = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": avoid}
+    # By node name (matchFields), not the hostname label, which need not equal the name. The scheduler
+    # honours it even before its cache has seen the node's taint or cordon. The API allows one value per
+    # metadata.name requirement: one NotIn per node, ANDed.
+    for name in sorted(set(avoid_nodes)):
+        field = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [name]}
         _and_into_required(affinity, "matchFields", field)
     anti = affinity.setdefault("podAntiAffinity", {})
     anti.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
