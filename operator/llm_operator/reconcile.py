@@ -14,6 +14,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | restart counter and maxRestarts | ``steps.sizing.count_restart`` |
 | scale up/down to the target | ``steps.sizing.scale`` |
 | below minReplicas for too long | ``steps.below_min.below_min`` |
+| no training step for too long (hang) | ``steps.progress.detect_stall`` |
 | suspend | ``steps.suspend.suspend`` |
 | finished: stop workers, TTL | ``steps.finish.finish`` |
 | checkpointDir not on a shared volume (warning) | ``steps.storage.checkpoint_sharing`` |
@@ -26,10 +27,12 @@ from collections.abc import Callable, Iterable, Mapping
 
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.observe import NodeView, PodView
+from llm_operator.policy.progress import Progress
 from llm_operator.steps.below_min import below_min
 from llm_operator.steps.failures import force_stuck_terminating, replace_lost, terminal_outcome
 from llm_operator.steps.finish import finish
 from llm_operator.steps.placement import observe_nodes
+from llm_operator.steps.progress import detect_stall
 from llm_operator.steps.sizing import count_restart, resize, scale
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
@@ -49,6 +52,7 @@ STEPS: tuple[Step, ...] = (
     count_restart,
     scale,
     below_min,
+    detect_stall,
     suspend,
     finish,
     checkpoint_sharing,
@@ -64,9 +68,11 @@ def plan(
     nodes: Mapping[str, NodeView],
     all_workers: Iterable[PodView],
     now: float,
+    progress: Progress | None = None,
 ) -> Plan:
-    """Decide one pass. ``pods`` are this job's workers; ``all_workers`` every job's (for capacity)."""
-    state = PassState.start(job, pods, nodes, all_workers, now)
+    """Decide one pass. ``pods`` are this job's workers; ``all_workers`` every job's (for capacity);
+    ``progress`` what the metrics probes saw (hang detection)."""
+    state = PassState.start(job, pods, nodes, all_workers, now, progress)
     for step in STEPS:
         step(state)
     return state.out

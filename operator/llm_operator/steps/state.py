@@ -14,6 +14,7 @@ from typing import Any
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.observe import NodeView, PodView, parse_time
 from llm_operator.policy.health import Health, assess
+from llm_operator.policy.progress import Progress
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -63,6 +64,8 @@ class PassState:
     nodes: Mapping[str, NodeView]
     all_workers: list[PodView]
     now: float
+    progress: Progress | None
+    """What the metrics probes saw (hang detection); None when not probed."""
     # Decisions, seeded from the job's last status.
     terminal_phase: str | None
     """Succeeded/Failed: sticky once reached; a step that reaches it sets it."""
@@ -87,6 +90,7 @@ class PassState:
         nodes: Mapping[str, NodeView],
         all_workers: Iterable[PodView],
         now: float,
+        progress: Progress | None = None,
     ) -> PassState:
         """Assess every worker and seed the decisions from ``job.status``."""
         policy, old = job.spec.failurePolicy, job.status
@@ -105,6 +109,7 @@ class PassState:
             nodes=nodes,
             all_workers=list(all_workers),
             now=now,
+            progress=progress,
             terminal_phase=old.phase if old.phase in TERMINAL else None,
             reason=old.reason,
             message=old.message,
