@@ -82,8 +82,15 @@ def replaced(cluster: Any, namespace: str, old: dict[str, Any]) -> Callable[[], 
     """A new Running worker exists and the old pod (by uid) is gone."""
 
     def check() -> Any:
-        pods = running_workers(cluster, namespace, "llama")
-        uids = {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
+        # One listing: two (running, then all) could see the old pod still running in the first and
+        # already gone in the second, and return it as if it were a replacement.
+        everything = workers(cluster, namespace, "llama")
+        uids = {p["metadata"]["uid"] for p in everything}
+        pods = [
+            p
+            for p in everything
+            if not p["metadata"].get("deletionTimestamp") and p.get("status", {}).get("phase") == "Running"
+        ]
         return old["metadata"]["uid"] not in uids and len(pods) >= 3 and pods
 
     return check
