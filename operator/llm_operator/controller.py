@@ -19,12 +19,15 @@ from llm_operator.expectations import Expectations
 from llm_operator.kube import Kube
 from llm_operator.kueue_sync import KueueSync
 from llm_operator.observe import NodeView, PodView, pod_view
+from llm_operator.progress import ProgressTracker, metrics_url, probe, probe_interval, probe_targets
 from llm_operator.reconcile import Plan, plan
 from llm_operator.settings import Settings
 
 RESYNC_SECONDS = 30.0
 MIN_WAIT = 0.02
 COALESCE_SECONDS = 0.05
+PROBE_IDLE_SECONDS = 10.0
+"""How often a job without hang detection re-reads its spec (progressTimeoutSeconds may be set later)."""
 
 
 class JobController:
@@ -46,6 +49,8 @@ class JobController:
         self.kueue = KueueSync(kube, settings.kueue)
         self.workloads: Mapping[Any, Iterable[dict[str, Any]]] | None = None
         """The operator's index of Kueue Workloads by (namespace, job); None when Kueue support is off."""
+        self.progress = ProgressTracker()
+        """What the hang-detection probes saw (an input of every pass)."""
 
     def job_from(self, body: Mapping[str, Any]) -> LLMTrainingJob:
         """The job as last seen, with the status this controller wrote last (watches lag behind)."""
@@ -62,6 +67,48 @@ class JobController:
         logger: kopf.Logger,
     ) -> None:
         """Reconcile until the daemon is stopped; sleep until woken or a deadline in the plan."""
+        prober = asyncio.create_task(self.probe_progress(body, pods, stopped, logger))
+        try:
+            await self._loop(body, pods, nodes, stopped, logger)
+        finally:
+            prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prober
+
+    async def probe_progress(
+        self,
+        body: kopf.Body,
+        pods_index: Mapping[Any, Iterable[PodView]],
+        stopped: kopf.DaemonStopped,
+        logger: kopf.Logger,
+    ) -> None:
+        """Hang detection's input: sample the step of one or two running workers every interval.
+
+        Runs beside the reconcile loop so a slow endpoint never delays a pass; passes read the result.
+        """
+        while not stopped and not self.deleted:
+            interval = PROBE_IDLE_SECONDS
+            try:
+                timeout = self.job_from(body).spec.failurePolicy.progressTimeoutSeconds
+                if timeout > 0:
+                    interval = probe_interval(timeout)
+                    targets = probe_targets(pods_index.get((self.namespace, self.name), ()))
+                    samples = await probe([metrics_url(p) for p in targets])
+                    metrics.PROGRESS_PROBES.labels("answered").inc(len(samples))
+                    metrics.PROGRESS_PROBES.labels("failed").inc(len(targets) - len(samples))
+                    self.progress.record(samples, time.time())
+            except Exception as exc:  # never let the prober die silently: the pass would see stale data
+                logger.warning(f"progress probe of {self.namespace}/{self.name} failed: {exc}")
+            await asyncio.sleep(interval)
+
+    async def _loop(
+        self,
+        body: kopf.Body,
+        pods: Mapping[Any, Iterable[PodView]],
+        nodes: Mapping[Any, Iterable[NodeView]],
+        stopped: kopf.DaemonStopped,
+        logger: kopf.Logger,
+    ) -> None:
         timeout = 0.0
         while not stopped and not self.deleted:
             with contextlib.suppress(TimeoutError):
@@ -105,7 +152,7 @@ class JobController:
         now = time.time()
         workload = self.kueue.workload_of(self.workloads, job)
         admission = await self.kueue.admission(job, workload)
-        decided = plan(job, mine, nodes, [*everyone, *mine], now, admission)
+        decided = plan(job, mine, nodes, [*everyone, *mine], now, self.progress.progress(), admission)
         await self.apply(job, decided, body, logger)
         await self.kueue.after(job, workload, admission, mine, decided.status, time.time())
         if decided.requeue_at is None:
@@ -125,7 +172,10 @@ class JobController:
         )
         for d in decided.delete:
             self.expect.expect_deleted(d.pod.uid)
-        pods = [self.kueue.place(worker_pod(job, index, decided.attempt)) for index in decided.create]
+        pods = [
+            self.kueue.place(worker_pod(job, index, decided.attempt, decided.avoid_nodes))
+            for index in decided.create
+        ]
         created = await asyncio.gather(*(self.kube.create(p) for p in pods))
         for pod, made in zip(pods, created, strict=True):
             view = pod_view(pod)
@@ -133,6 +183,8 @@ class JobController:
                 self.expect.expect_created(dataclasses.replace(view, created=now))
             if made:
                 metrics.PODS_CREATED.inc()
+        if any(d.reason == "Stalled" for d in decided.delete):
+            metrics.STALLS.inc()
         if decided.resize is not None:
             old, new, reason = decided.resize
             metrics.RESIZES.labels("up" if new > old else "down").inc()

@@ -19,6 +19,10 @@ FAILURES = Counter("llmjob_failures_detected_total", "Lost workers by detection 
 REPLACEMENTS = Counter("llmjob_replacements_total", "Lost workers deleted for replacement")
 RESIZES = Counter("llmjob_resizes_total", "Target size changes", ["direction"])
 PODS_CREATED = Counter("llmjob_pods_created_total", "Worker pods created")
+PROGRESS_PROBES = Counter(
+    "llmjob_progress_probes_total", "Hang-detection probes of worker metrics endpoints", ["result"]
+)
+STALLS = Counter("llmjob_stalls_detected_total", "Jobs restarted because no training step completed")
 REACTION = Histogram(
     "llmjob_reaction_seconds",
     "From the failure signal's API timestamp to the lost worker's deletion (1 s timestamp resolution)",

@@ -61,6 +61,10 @@ class PodView:
     reason: str
     unschedulable: bool
     gpus: int = 0
+    ip: str = ""
+    """status.podIP (where the trainer's metrics endpoint is), empty until assigned."""
+    started: float | None = None
+    """When the container last started running (epoch seconds), None while it has not."""
 
     @property
     def terminal(self) -> bool:
@@ -86,10 +90,14 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         for c in status.get("conditions") or []
     )
     exit_code: int | None = None
+    started: float | None = None
     for cs in status.get("containerStatuses") or []:
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated is not None and terminated.get("exitCode") is not None:
             exit_code = int(terminated["exitCode"])
+        running = (cs.get("state") or {}).get("running")
+        if running is not None:
+            started = parse_time(running.get("startedAt")) or started
     gpus = 0
     for container in spec.get("containers") or []:
         limit = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
@@ -113,6 +121,8 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         reason=status.get("reason") or "",
         unschedulable=unschedulable,
         gpus=gpus,
+        ip=status.get("podIP") or "",
+        started=started,
     )
 
 

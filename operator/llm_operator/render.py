@@ -10,6 +10,7 @@ import yaml
 
 from llm_operator.api.validate import validate
 from llm_operator.builders.desired import desired_objects
+from llm_operator.policy.storage import checkpoint_warning
 from llm_operator.settings import Settings
 
 
@@ -36,8 +37,15 @@ def load_documents(path: str) -> list[Any]:
         raise RenderError([f"{path}: not valid YAML{where}: {problem}"]) from None
 
 
-def render(paths: list[str], settings: Settings, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Validate every job in the files and return all objects, in file order."""
+def render(
+    paths: list[str], settings: Settings, namespace: str | None = None, warnings: TextIO | None = None
+) -> list[dict[str, Any]]:
+    """Validate every job in the files and return all objects, in file order.
+
+    Jobs the API accepts but that will not behave as users expect (checkpoints not on a shared volume)
+    get one ``llmjob render: warning: ...`` line each on ``warnings`` (standard error by default).
+    """
+    out = warnings if warnings is not None else sys.stderr
     problems: list[str] = []
     objects: list[dict[str, Any]] = []
     for path in paths:
@@ -49,6 +57,9 @@ def render(paths: list[str], settings: Settings, namespace: str | None = None) -
             problems += [f"{prefix}: {p}" for p in result.problems]
             if result.job is not None:
                 objects += desired_objects(result.job, settings)
+                warning = checkpoint_warning(result.job)
+                if warning is not None:
+                    print(f"llmjob render: warning: {prefix}: {warning}", file=out)
     if problems:
         raise RenderError(problems)
     return objects

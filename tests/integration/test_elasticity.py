@@ -82,8 +82,15 @@ def replaced(cluster: Any, namespace: str, old: dict[str, Any]) -> Callable[[], 
     """A new Running worker exists and the old pod (by uid) is gone."""
 
     def check() -> Any:
-        pods = running_workers(cluster, namespace, "llama")
-        uids = {p["metadata"]["uid"] for p in workers(cluster, namespace, "llama")}
+        # One listing: two (running, then all) could see the old pod still running in the first and
+        # already gone in the second, and return it as if it were a replacement.
+        everything = workers(cluster, namespace, "llama")
+        uids = {p["metadata"]["uid"] for p in everything}
+        pods = [
+            p
+            for p in everything
+            if not p["metadata"].get("deletionTimestamp") and p.get("status", {}).get("phase") == "Running"
+        ]
         return old["metadata"]["uid"] not in uids and len(pods) >= 3 and pods
 
     return check
@@ -131,6 +138,48 @@ def test_termination_signal_replaces_proactively(
     assert node not in {p["spec"]["nodeName"] for p in now}
     node_obj = cluster.kube.get("node", node)
     assert chaos.condition(node_obj, "Ready") == "True", "replaced before the node died"
+
+
+def avoided_nodes(pod: dict[str, Any]) -> list[set[str]]:
+    """Per required nodeSelectorTerm, the node names excluded by a `metadata.name NotIn` field."""
+    required = ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    return [
+        {v for f in term.get("matchFields", []) if f["operator"] == "NotIn" for v in f["values"]}
+        for term in required.get("nodeSelectorTerms", [])
+    ]
+
+
+@pytest.mark.parametrize("kind", ["karpenter", "cordon", "not-ready"])
+def test_replacement_never_lands_on_the_bad_node(
+    cluster: Any, namespace: str, operator: Any, kind: str
+) -> None:
+    """The operator reacts before the scheduler has seen the taint/cordon/NotReady: new pods exclude the
+    node by name, ANDed with the instance-type term, so they cannot land back on it."""
+    grace = 0 if kind == "not-ready" else 300
+    pods = start(cluster, namespace, 3, replicas=3, failurePolicy={"nodeFailureGraceSeconds": grace})
+    victim = pod_named(pods, "-worker-0")
+    node = victim["spec"]["nodeName"]
+    if kind == "not-ready":
+        chaos.node_not_ready(node, kube=cluster.kube, wait=False)
+    else:
+        chaos.taint_for_termination(node, kind, kube=cluster.kube)  # type: ignore[arg-type]
+    now = wait_for(replaced(cluster, namespace, victim), TIMEOUT, f"worker moved off the {kind} node")
+    assert node not in {p["spec"]["nodeName"] for p in now}
+    originals = {p["metadata"]["uid"] for p in pods}
+    replacement = next(p for p in now if p["metadata"]["uid"] not in originals)  # any free index
+    terms = avoided_nodes(replacement)
+    assert terms and all(node in names for names in terms), replacement["spec"].get("affinity")
+    required = replacement["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert all(
+        any(e["key"] == "node.kubernetes.io/instance-type" for e in t.get("matchExpressions", []))
+        for t in required["nodeSelectorTerms"]
+    ), "the instance-type term is kept"
+    for pod in workers(cluster, namespace, "llama"):
+        assert pod["metadata"]["uid"] == victim["metadata"]["uid"] or pod["spec"].get("nodeName") != node
 
 
 def test_retryable_exit_replaced_nonretryable_fails(cluster: Any, namespace: str, operator: Any) -> None:

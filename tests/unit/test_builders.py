@@ -226,3 +226,46 @@ def test_settings_from_env() -> None:
 
     with pytest.raises(ValueError, match="LLMJOB_DEFAULT_NODE_SELECTOR"):
         Settings.from_env({"LLMJOB_DEFAULT_NODE_SELECTOR": "[1]"})
+
+
+def _required_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    terms: list[dict[str, Any]] = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    return terms
+
+
+def test_avoid_nodes_anded_into_every_user_term() -> None:
+    user_affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                ]
+            }
+        }
+    }
+    j = job(scheduling={"affinity": user_affinity, "instanceTypes": ["p5.48xlarge"]})
+    terms = _required_terms(worker_pod(j, 0, 1, avoid_nodes=["gpu-2", "gpu-0", "gpu-2"]))
+    # The API accepts one value per metadata.name requirement: one NotIn per node.
+    avoid = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in ("gpu-0", "gpu-2")]
+    assert len(terms) == 2, "the user's ORed terms stay two terms"
+    assert [e["key"] for e in terms[0]["matchExpressions"]] == ["zone", "node.kubernetes.io/instance-type"]
+    assert terms[0]["matchFields"] == avoid
+    assert terms[1]["matchFields"] == [
+        {"key": "metadata.name", "operator": "In", "values": ["n1"]},
+        *avoid,
+    ]
+    assert [e["key"] for e in terms[1]["matchExpressions"]] == ["node.kubernetes.io/instance-type"]
+    assert j.spec.scheduling.affinity == user_affinity, "the builder must not mutate the job"
+
+
+def test_avoid_nodes_without_user_affinity_makes_one_term() -> None:
+    terms = _required_terms(worker_pod(job(), 0, 0, avoid_nodes=("gpu-1",)))
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-1"]}]}]
+
+
+def test_no_avoid_nodes_adds_no_required_term() -> None:
+    pod = worker_pod(job(), 0, 0)
+    assert "nodeAffinity" not in pod["spec"]["affinity"]

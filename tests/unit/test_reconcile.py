@@ -197,3 +197,32 @@ def test_no_replacement_once_a_worker_succeeded() -> None:
         pod(1, phase="Succeeded", exit_code=0, ready=False),
     ]
     assert plan(job(replicas=2, status=p.status), done, NODES, done, NOW).status["phase"] == "Succeeded"
+
+
+def test_new_workers_avoid_every_bad_node() -> None:
+    """Replacements must not land on a node being drained, whether or not this job has a pod there."""
+    pods = [pod(i) for i in (0, 2, 3)]
+    nodes = dict(
+        NODES,
+        **{
+            "node-1": node("node-1", taints=(("karpenter.sh/disruption", "NoSchedule", NOW),)),
+            "node-5": node("node-5", unschedulable=True),
+            "node-6": node("node-6", ready=False, not_ready_since=NOW - 1),
+        },
+    )
+    p = plan(job(status=running_status(phase="Restarting", restarts=1)), pods, nodes, pods, NOW)
+    assert p.create == [1]
+    assert p.avoid_nodes == ("node-1", "node-5", "node-6")
+
+
+def test_deleted_node_of_a_lost_worker_is_avoided() -> None:
+    pods = [pod(i) for i in range(4)]
+    nodes = {k: v for k, v in NODES.items() if k != "node-2"}
+    p = plan(job(status=running_status()), pods, nodes, pods, NOW)
+    assert [d.reason for d in p.delete] == ["NodeDeleted"]
+    assert p.avoid_nodes == ("node-2",)
+
+
+def test_healthy_cluster_avoids_nothing() -> None:
+    p = plan(job(), [], NODES, [], NOW)
+    assert p.avoid_nodes == ()

@@ -127,6 +127,14 @@ class FailurePolicy(_Model):
     """Minimum seconds between two resizes (grow after a shrink), to avoid flapping."""
     nonRetryableExitCodes: list[int] = Field(default_factory=list, max_length=64)
     """Worker exit codes that fail the job at once instead of being retried."""
+    progressTimeoutSeconds: int = Field(default=0, ge=0, le=604800)
+    """Seconds without a completed training step after which the workers are restarted (a restart,
+    counted against maxRestarts; condition Stalled). 0 (default) turns hang detection off. The signal is
+    the trainer's `llm_trainer_last_step_timestamp_seconds`/`llm_trainer_step` on port 9400 of the
+    workers: enable it only for programs that serve it (llm_trainer does)."""
+    progressStartupSeconds: int = Field(default=1800, ge=1, le=86400)
+    """Allowance for the first step after the workers (re)start (rendezvous, checkpoint load,
+    compilation), used instead of progressTimeoutSeconds until a step completes."""
 
 
 class Scheduling(_Model):
@@ -209,7 +217,7 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Condition type: Ready, Degraded, Resizing, Suspended, Complete, Failed."""
+    """Condition type: Ready, Degraded, Suspended, Complete, Failed, CheckpointNotShared, Stalled."""
     status: Literal["True", "False", "Unknown"]
     """Condition status."""
     reason: str = ""

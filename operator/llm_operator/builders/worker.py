@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 from llm_operator import labels
@@ -15,6 +16,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+NODE_NAME_FIELD = "metadata.name"
 DIST_PORT = 29500
 
 # libfabric / aws-ofi-nccl settings for p4d/p5 with EFA (user env overrides them).
@@ -111,19 +113,30 @@ def tolerations(job: LLMTrainingJob) -> list[dict[str, Any]]:
     return out
 
 
-def _affinity(job: LLMTrainingJob) -> dict[str, Any]:
-    """User affinity + instance types (ANDed into every required term) + spread one worker per node."""
+def _and_into_required(affinity: dict[str, Any], kind: str, requirement: dict[str, Any]) -> None:
+    """AND one node selector requirement into every required nodeSelectorTerm (terms are ORed)."""
+    node = affinity.setdefault("nodeAffinity", {})
+    required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        term.setdefault(kind, []).append(copy.deepcopy(requirement))
+
+
+def _affinity(job: LLMTrainingJob, avoid_nodes: Iterable[str] = ()) -> dict[str, Any]:
+    """User affinity + instance types + nodes to avoid (ANDed into every required term) + spread."""
     affinity = copy.deepcopy(job.spec.scheduling.affinity)
     types = job.spec.scheduling.instanceTypes
     if types:
         expr = {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(types)}
-        node = affinity.setdefault("nodeAffinity", {})
-        required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-        terms = required.setdefault("nodeSelectorTerms", [])
-        if not terms:
-            terms.append({})
-        for term in terms:
-            term.setdefault("matchExpressions", []).append(expr)
+        _and_into_required(affinity, "matchExpressions", expr)
+    # By node name (matchFields), not the hostname label, which need not equal the name. The scheduler
+    # honours it even before its cache has seen the node's taint or cordon. The API allows one value per
+    # metadata.name requirement: one NotIn per node, ANDed.
+    for name in sorted(set(avoid_nodes)):
+        field = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [name]}
+        _and_into_required(affinity, "matchFields", field)
     anti = affinity.setdefault("podAntiAffinity", {})
     anti.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
         {
@@ -160,8 +173,14 @@ def metrics_ports(nproc: int) -> list[dict[str, Any]]:
     ]
 
 
-def worker_pod(job: LLMTrainingJob, index: int, attempt: int) -> dict[str, Any]:
-    """The worker pod for replica ``index`` made in restart ``attempt``."""
+def worker_pod(
+    job: LLMTrainingJob, index: int, attempt: int, avoid_nodes: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The worker pod for replica ``index`` made in restart ``attempt``.
+
+    ``avoid_nodes``: nodes the operator judged lost, terminating or cordoned; the pod must not land there
+    (a required ``metadata.name NotIn`` term, ANDed with the user's affinity and the instance types).
+    """
     name = labels.worker_name(job.metadata.name, index)
     extra = {labels.REPLICA_INDEX: str(index), labels.ATTEMPT: str(attempt)}
     if job.spec.scheduling.gangScheduling:
@@ -191,7 +210,7 @@ def worker_pod(job: LLMTrainingJob, index: int, attempt: int) -> dict[str, Any]:
         "containers": [container],
         "volumes": volumes,
         "tolerations": tolerations(job),
-        "affinity": _affinity(job),
+        "affinity": _affinity(job, avoid_nodes),
     }
     sched = job.spec.scheduling
     if sched.nodeSelector:

@@ -1,0 +1,32 @@
+"""Where new workers must not go: nodes the operator judged lost, terminating or cordoned.
+
+The operator reacts to a taint, a cordon or NotReady within a fraction of a second, often before the
+scheduler's cache has seen it; a replacement created then could land on the very node being drained. So
+every pod created while such nodes stay bad excludes them by name (see ``builders.worker.worker_pod``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from llm_operator.observe import TERMINATION_TAINTS, NodeView
+from llm_operator.policy.health import NODE_CORDONED, NODE_NOT_READY, NODE_TERMINATING, node_lost_since
+
+
+def node_signal(node: NodeView) -> str | None:
+    """Why no new worker should be placed on this node (same order as ``health.assess``), or None."""
+    if any(node.taint(key) is not None for key in TERMINATION_TAINTS):
+        return NODE_TERMINATING
+    if node.unschedulable:
+        return NODE_CORDONED
+    if node_lost_since(node) is not None:
+        return NODE_NOT_READY  # whatever the grace period: it only delays replacing pods already there
+    return None
+
+
+def nodes_to_avoid(nodes: Iterable[NodeView], deleted: Iterable[str] = ()) -> tuple[str, ...]:
+    """Sorted names of every bad node, plus ``deleted`` (nodes a worker was on that no longer exist,
+    which the scheduler's cache may still hold)."""
+    bad = {n.name for n in nodes if node_signal(n) is not None}
+    bad.update(name for name in deleted if name)
+    return tuple(sorted(bad))

@@ -1,0 +1,56 @@
+"""Hang detection: has the job completed a training step recently enough?
+
+Synchronous data-parallel training advances every rank together (each step ends in collectives), so the
+step counter of any one running worker is the job's; a rank that hangs stalls every rank at the next
+collective. The operator therefore samples one or two workers per job (``llm_operator.progress``) and
+keeps, per job, when it last saw the step advance on its own clock (no clock skew between nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the probes saw for one job (an input of ``reconcile.plan``)."""
+
+    step: int | None
+    """The last step a worker reported (None: no worker answered with a step yet)."""
+    advanced_at: float | None
+    """Operator time when the step was last seen to advance (None: never since the operator started)."""
+
+
+@dataclass(frozen=True)
+class StallVerdict:
+    """Stalled now, or when to look again."""
+
+    stalled: bool
+    deadline: float
+    message: str
+
+
+def assess_progress(
+    progress: Progress | None, workers_started: float, now: float, timeout: int, startup: int
+) -> StallVerdict:
+    """``workers_started``: when the last worker of the current membership started running.
+
+    Before a step has completed since then, the job gets ``startup`` seconds (rendezvous, checkpoint
+    load); afterwards ``timeout`` seconds from the last step seen advancing.
+    """
+    advanced = progress.advanced_at if progress is not None else None
+    step = progress.step if progress is not None else None
+    if advanced is not None and advanced >= workers_started:
+        deadline = advanced + timeout
+        message = (
+            f"no training step completed for {now - advanced:.0f}s (last step {step},"
+            f" progressTimeoutSeconds {timeout})"
+        )
+    else:
+        deadline = workers_started + startup
+        last = f"last step seen {step}" if step is not None else "no step seen"
+        message = (
+            f"no training step completed {now - workers_started:.0f}s after the workers started"
+            f" ({last}, progressStartupSeconds {startup})"
+        )
+    return StallVerdict(now >= deadline, deadline, message)

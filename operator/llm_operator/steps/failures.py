@@ -1,0 +1,51 @@
+"""Steps: stuck Terminating pods, the terminal outcome (non-retryable exit, success), lost workers."""
+
+from __future__ import annotations
+
+from llm_operator.steps.state import Deletion, PassState
+
+
+def force_stuck_terminating(s: PassState) -> None:
+    """A pod stuck Terminating on a dead node is force-deleted, whatever else happens."""
+    for pod, h in s.verdicts:
+        if h.state == "terminating" and h.force:
+            s.out.delete.append(Deletion(pod, True, "ForceDeleteStuckTerminating"))
+
+
+def terminal_outcome(s: PassState) -> None:
+    """A non-retryable exit fails the job; workers exiting 0 with none left running succeed it."""
+    if s.terminal_phase is not None:
+        return
+    if s.fatal:
+        pod = s.fatal[0]
+        s.finish(
+            "Failed",
+            "NonRetryableExitCode",
+            f"worker {pod.name} exited with code {pod.exit_code}, listed in nonRetryableExitCodes",
+        )
+    elif s.succeeded and not s.active and not s.lost:
+        s.finish("Succeeded", "WorkersSucceeded", f"{len(s.succeeded)} worker(s) exited 0")
+
+
+def replace_lost(s: PassState) -> None:
+    """Lost or failed workers are deleted (their indices free up for replacements): a restart,
+    unless it would exceed maxRestarts."""
+    lost = s.lost
+    if not s.live or not lost:
+        return
+    limit = s.job.spec.failurePolicy.maxRestarts
+    if s.restarts + 1 > limit:
+        s.finish(
+            "Failed",
+            "MaxRestartsExceeded",
+            f"{len(lost)} worker(s) lost after {s.restarts} restarts (maxRestarts {limit})",
+        )
+        return
+    s.replacing = True
+    for pod, h in lost:
+        s.out.delete.append(Deletion(pod, h.force, h.signal, h.since))
+        s.out.lost.append((h.signal, h.since))
+    signals = sorted({h.signal for _, h in lost})
+    s.reason = signals[0] if len(signals) == 1 else "WorkersLost"
+    s.message = "replacing " + ", ".join(f"{p.name} ({h.signal})" for p, h in lost)
+    s.out.events.append(("Warning", s.reason, s.message))

@@ -1,0 +1,84 @@
+"""Steps: the target size (follow the user, shrink to capacity, grow back), the restart count, and
+scaling the worker set to the target."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from llm_operator.observe import PodView
+from llm_operator.policy.capacity import free_slots
+from llm_operator.policy.resize import INITIAL, SizeInput, decide_size
+from llm_operator.steps.state import Deletion, PassState, Verdict
+
+
+def resize(s: PassState) -> None:
+    """Decide the target size; a change other than the first sizing is a resize (Event, cooldown)."""
+    if not s.live:
+        return
+    spec, policy = s.job.spec, s.job.spec.failurePolicy
+    active = s.active
+    stuck = [
+        p for p, h in active if h.state == "pending" and s.now - p.created >= policy.pendingTimeoutSeconds
+    ]
+    for p, h in active:
+        if h.state == "pending" and p not in stuck:
+            s.out.wake_at(p.created + policy.pendingTimeoutSeconds)
+    decision = decide_size(
+        SizeInput(
+            desired=s.desired,
+            minimum=spec.minReplicas,
+            current=s.target or None,
+            last_desired=s.job.status.desiredReplicas or None,
+            stuck_pending=len(stuck),
+            free_slots=free_slots(s.job, s.nodes.values(), s.all_workers, [p for p, _ in s.verdicts]),
+            now=s.now,
+            last_resize=s.last_resize,
+            cooldown=policy.resizeCooldownSeconds,
+        )
+    )
+    s.out.wake_at(decision.recheck_at)
+    if decision.target == s.target:
+        return
+    if decision.reason != INITIAL:
+        s.out.resize = (s.target, decision.target, decision.reason)
+        s.out.events.append(("Normal", decision.reason, f"target size {s.target} -> {decision.target}"))
+        s.last_resize = s.now
+    s.target = decision.target
+
+
+def count_restart(s: PassState) -> None:
+    """Replacing workers or resizing restarts the job (new attempt); past maxRestarts the job fails."""
+    if not s.live or not (s.replacing or s.out.resize is not None):
+        return
+    s.restarts += 1
+    limit = s.job.spec.failurePolicy.maxRestarts
+    if s.restarts > limit:
+        s.finish("Failed", "MaxRestartsExceeded", f"restart {s.restarts} exceeds maxRestarts {limit}")
+        s.out.delete = [d for d in s.out.delete if d.reason == "ForceDeleteStuckTerminating"]
+        s.replacing = False
+
+
+def _free_indices(pods: Iterable[PodView], maximum: int) -> list[int]:
+    taken = {p.index for p in pods}
+    return [i for i in range(maximum) if i not in taken]
+
+
+def choose_surplus(active: list[Verdict], count: int) -> list[PodView]:
+    """Which active workers to remove when above target: unscheduled first, then the highest indices."""
+    ordered = sorted(active, key=lambda ph: (ph[1].state != "pending", -ph[0].index))
+    return [pod for pod, _ in ordered[:count]]
+
+
+def scale(s: PassState) -> None:
+    """Delete the surplus above the target, or create workers on free indices up to it."""
+    if not s.live:
+        return
+    active = s.active
+    if len(active) > s.target:
+        for pod in choose_surplus(active, len(active) - s.target):
+            s.out.delete.append(Deletion(pod, False, "ScaledDown"))
+    elif len(active) < s.target and not s.succeeded:  # a worker exited 0: the run is finishing
+        # Every pod object still holds its index (names are unique): never more than maxReplicas.
+        free = _free_indices((p for p, _ in s.verdicts), s.job.spec.maxReplicas)
+        s.out.create = free[: s.target - len(active)]
+    s.out.attempt = s.restarts

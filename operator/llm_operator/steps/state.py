@@ -1,0 +1,178 @@
+"""The record one reconcile pass works on: observed facts in, decisions accumulated step by step.
+
+Every step (the other modules of this package) is a function ``step(state) -> None`` that reads the
+record and updates its decision fields. Steps do no I/O; ``llm_operator.reconcile.plan`` runs them in
+order and returns ``state.out``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_operator.api.models import LLMTrainingJob
+from llm_operator.observe import NodeView, PodView, parse_time
+from llm_operator.policy.admission import Admission
+from llm_operator.policy.health import Health, assess
+from llm_operator.policy.progress import Progress
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A worker pod to delete."""
+
+    pod: PodView
+    force: bool
+    reason: str
+    since: float | None = None
+
+
+@dataclass
+class Plan:
+    """What one pass decided."""
+
+    create: list[int] = field(default_factory=list)
+    attempt: int = 0
+    delete: list[Deletion] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(type, reason, message) for Kubernetes Events on the job."""
+    lost: list[tuple[str, float | None]] = field(default_factory=list)
+    """(signal, since) of workers found lost this pass, for metrics."""
+    resize: tuple[int, int, str] | None = None
+    avoid_nodes: tuple[str, ...] = ()
+    """Nodes new workers must not land on (lost, terminating, cordoned, or just deleted)."""
+    requeue_at: float | None = None
+
+    def wake_at(self, when: float | None) -> None:
+        """Ask for another pass no later than ``when``."""
+        if when is not None and (self.requeue_at is None or when < self.requeue_at):
+            self.requeue_at = when
+
+
+Verdict = tuple[PodView, Health]
+
+
+@dataclass
+class PassState:
+    """Inputs of one pass (never changed by a step) and the decisions the steps build up."""
+
+    job: LLMTrainingJob
+    verdicts: list[Verdict]
+    nodes: Mapping[str, NodeView]
+    all_workers: list[PodView]
+    now: float
+    progress: Progress | None
+    """What the metrics probes saw (hang detection); None when not probed."""
+    admission: Admission | None
+    """Kueue's verdict; None when the job is not queued through Kueue."""
+    # Decisions, seeded from the job's last status.
+    terminal_phase: str | None
+    """Succeeded/Failed: sticky once reached; a step that reaches it sets it."""
+    reason: str
+    message: str
+    restarts: int
+    target: int
+    last_resize: float | None
+    below_min_since: float | None
+    completion: str | None
+    replacing: bool = False
+    """Lost or failed workers are being replaced this pass (a restart)."""
+    extra_conditions: list[dict[str, Any]] = field(default_factory=list)
+    """Conditions beyond the phase-derived ones (CheckpointNotShared, Stalled), merged by the status step."""
+    out: Plan = field(default_factory=Plan)
+
+    @classmethod
+    def start(
+        cls,
+        job: LLMTrainingJob,
+        pods: Iterable[PodView],
+        nodes: Mapping[str, NodeView],
+        all_workers: Iterable[PodView],
+        now: float,
+        progress: Progress | None = None,
+        admission: Admission | None = None,
+    ) -> PassState:
+        """Assess every worker and seed the decisions from ``job.status``."""
+        policy, old = job.spec.failurePolicy, job.status
+        verdicts = [
+            (
+                p,
+                assess(
+                    p, nodes.get(p.node), now, policy.nodeFailureGraceSeconds, policy.nonRetryableExitCodes
+                ),
+            )
+            for p in pods
+        ]
+        return cls(
+            job=job,
+            verdicts=verdicts,
+            nodes=nodes,
+            all_workers=list(all_workers),
+            now=now,
+            progress=progress,
+            admission=admission,
+            terminal_phase=old.phase if old.phase in TERMINAL else None,
+            reason=old.reason,
+            message=old.message,
+            restarts=old.restarts,
+            target=old.targetReplicas,
+            last_resize=parse_time(old.lastResizeTime),
+            below_min_since=parse_time(old.belowMinSince),
+            completion=old.completionTime,
+        )
+
+    # Views of the verdicts (computed from the inputs, so always current).
+    def in_state(self, *states: str) -> list[Verdict]:
+        """Workers whose verdict is one of ``states``."""
+        return [(p, h) for p, h in self.verdicts if h.state in states]
+
+    @property
+    def active(self) -> list[Verdict]:
+        """Running or waiting to run: healthy or pending."""
+        return self.in_state("healthy", "pending")
+
+    @property
+    def lost(self) -> list[Verdict]:
+        """Lost or failed retryably: to be replaced."""
+        return self.in_state("lost")
+
+    @property
+    def fatal(self) -> list[PodView]:
+        """Exited with a non-retryable code."""
+        return [p for p, _ in self.in_state("fatal")]
+
+    @property
+    def succeeded(self) -> list[PodView]:
+        """Exited 0 (or a code counted as success)."""
+        return [p for p, _ in self.in_state("succeeded")]
+
+    @property
+    def gated(self) -> bool:
+        """Queued through Kueue and not (or no longer) admitted: no workers may run."""
+        return self.admission is not None and not self.admission.admitted
+
+    @property
+    def desired(self) -> int:
+        """The size the user asks for (0 while suspended or not admitted; at most Kueue's admitted count)."""
+        if self.job.spec.suspend or self.gated:
+            return 0
+        if self.admission is not None:
+            return min(self.job.desired_replicas, self.admission.count)
+        return self.job.desired_replicas
+
+    @property
+    def live(self) -> bool:
+        """Not finished, suspended or waiting for admission: the steps that keep workers running apply."""
+        return self.terminal_phase is None and not self.job.spec.suspend and not self.gated
+
+    def had_condition(self, ctype: str) -> str | None:
+        """The status ("True"/"False") of a condition in the job's last status, None when absent."""
+        return next((c.status for c in self.job.status.conditions if c.type == ctype), None)
+
+    def finish(self, phase: str, reason: str, message: str) -> None:
+        """Reach a terminal phase this pass."""
+        self.terminal_phase, self.reason, self.message = phase, reason, message

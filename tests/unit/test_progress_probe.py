@@ -1,0 +1,67 @@
+"""The hang-detection probe against real HTTP servers on 127.0.0.1: the trainer's own metrics exporter
+in a child process (answering, then SIGSTOPped like a hung trainer), and a refused port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from llm_operator.progress import PROBE_TIMEOUT, Sample, probe
+
+CHILD = """
+import sys, time
+from llm_trainer.metrics import Exporter
+exporter = Exporter(int(sys.argv[1]), {"job": "llama", "rank": "0"})
+exporter.update(step=42, last_step_timestamp_seconds=1700000000.5)
+print(exporter.port, flush=True)
+time.sleep(600)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def trainer_endpoint() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A child process serving the trainer's metrics (llm_trainer.metrics.Exporter)."""
+    port = _free_port()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(port)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == str(port), "the exporter did not bind its port"
+        yield child, f"http://127.0.0.1:{port}/metrics"
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait(timeout=30)
+
+
+def test_probe_reads_the_trainer_exporter(trainer_endpoint: tuple[subprocess.Popen[str], str]) -> None:
+    _, url = trainer_endpoint
+    assert asyncio.run(probe([url])) == [Sample(42, 1700000000.5)]
+
+
+def test_stopped_trainer_times_out_as_no_answer(trainer_endpoint: tuple[subprocess.Popen[str], str]) -> None:
+    child, url = trainer_endpoint
+    child.send_signal(signal.SIGSTOP)
+    refused = f"http://127.0.0.1:{_free_port()}/metrics"
+    started = time.monotonic()
+    assert asyncio.run(probe([url, refused], timeout=1.0)) == []
+    elapsed = time.monotonic() - started
+    # Bounded by the 1 s timeout (aiohttp alone would wait 5 minutes); generous for a loaded machine.
+    assert elapsed < 10 * PROBE_TIMEOUT, f"probes are bounded by their timeout ({elapsed:.1f}s)"
+    child.send_signal(signal.SIGCONT)
+    assert asyncio.run(probe([url])) == [Sample(42, 1700000000.5)], "answers again once continued"
