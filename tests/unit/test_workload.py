@@ -199,7 +199,7 @@ NODES = {f"node-{i}": node(f"node-{i}") for i in range(4)}
 
 
 def test_queued_job_creates_no_workers_and_is_queued() -> None:
-    p = plan(kjob(), [], NODES, [], NOW, QUEUED)
+    p = plan(kjob(), [], NODES, [], NOW, admission=QUEUED)
     assert p.create == [] and p.status["phase"] == "Queued" and p.status["targetReplicas"] == 0
     admitted_cond = next(c for c in p.status["conditions"] if c["type"] == "Admitted")
     assert admitted_cond["status"] == "False" and admitted_cond["reason"] == "Queued"
@@ -208,7 +208,7 @@ def test_queued_job_creates_no_workers_and_is_queued() -> None:
 
 def test_admitted_partially_runs_the_admitted_count() -> None:
     verdict = Admission("Admitted", 3, 4, ("p5",), "Admitted", "admitted 3 of 4 workers (partial admission)")
-    p = plan(kjob(), [], NODES, [], NOW, verdict)
+    p = plan(kjob(), [], NODES, [], NOW, admission=verdict)
     assert p.create == [0, 1, 2] and p.status["targetReplicas"] == 3
     assert ("Normal", "Admitted", verdict.message) in p.events
 
@@ -222,7 +222,7 @@ def test_evicted_stops_workers_gracefully() -> None:
         "startTime": format_time(NOW - 500),
     }
     verdict = Admission("Evicted", 4, 4, ("p5",), "Preempted", "preempted by ml/high")
-    p = plan(kjob(status=status), pods, NODES, pods, NOW, verdict)
+    p = plan(kjob(status=status), pods, NODES, pods, NOW, admission=verdict)
     assert sorted(d.pod.index for d in p.delete) == [0, 1, 2, 3]
     assert all(not d.force and d.reason == "Preempted" for d in p.delete)
     assert p.status["phase"] == "Queued" and p.create == []
@@ -231,4 +231,4 @@ def test_evicted_stops_workers_gracefully() -> None:
 
 def test_no_admission_means_no_change() -> None:
     j = kjob()
-    assert plan(j, [], NODES, [], NOW, None).create == [0, 1, 2, 3]
+    assert plan(j, [], NODES, [], NOW, admission=None).create == [0, 1, 2, 3]
