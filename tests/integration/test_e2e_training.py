@@ -10,10 +10,12 @@ node); a job of 8 fake GPUs per worker puts one worker on each p5 node, so losin
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 from llm_operator import labels
@@ -235,3 +237,55 @@ def test_shipped_smoke_example_trains_to_success(
         c.kubectl("delete", "pvc", "smoke-shared", "-n", ns, "--wait=false", check=False)
         c.kubectl("delete", "pv", "smoke-shared", "--wait=false", check=False)
         shutil.rmtree(volume, ignore_errors=True)
+
+
+def _trainer_processes(t: Training, pod: str) -> list[psutil.Process]:
+    """The trainer processes of a worker pod: every descendant of its container's torchrun agent."""
+    obj = t.cluster.kube.get("pod", pod, t.ns) or {}
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    agent = int(statuses[0]["containerID"].removeprefix("podrunner://"))
+    return psutil.Process(agent).children(recursive=True)
+
+
+def test_hung_trainer_is_restarted_and_training_resumes(train: Training) -> None:
+    """SIGSTOP one worker's trainer (a hang: its agent stays alive, its peer blocks in a collective): the
+    operator sees no step for progressTimeoutSeconds, restarts the workers (Stalled, restarts + 1), and
+    training resumes from the newest checkpoint with no sample lost."""
+    job = training.training_job(
+        JOB,
+        train.ns,
+        minimum=2,
+        maximum=2,
+        steps=5000,
+        failure_policy={"progressTimeoutSeconds": 10, "progressStartupSeconds": 180},
+    )
+    job["spec"]["terminationGracePeriodSeconds"] = 5  # a stopped trainer cannot checkpoint on SIGTERM
+    train.apply(job)
+    train.wait_steps("a checkpoint and 3 more steps", world=2, count=EVERY + 3)
+    restarts = train.status().get("restarts", 0)
+    frozen = _trainer_processes(train, f"{JOB}-worker-0")
+    assert frozen, "worker-0 runs its trainer under torchrun"
+    for proc in frozen:
+        proc.send_signal(signal.SIGSTOP)
+    hung_at = train.records()[-1]["time"]
+
+    def stalled() -> dict[str, Any] | None:
+        s = train.status()
+        cond = next((c for c in s.get("conditions", []) if c["type"] == "Stalled"), None)
+        return s if cond and cond["status"] == "True" and s.get("restarts", 0) > restarts else None
+
+    seen = wait_for(stalled, 120, "the Stalled condition and a restart", interval=0.5)
+    stall = next(c for c in seen["conditions"] if c["type"] == "Stalled")
+    assert "step" in stall["message"], stall
+    train.wait_steps("training to resume after the restart", world=2, count=3, after=hung_at)
+    wait_for(
+        lambda: any(
+            c["type"] == "Stalled" and c["status"] == "False" for c in train.status().get("conditions", [])
+        ),
+        120,
+        "Stalled to turn False once steps complete again",
+    )
+    result = train.audit()
+    # A hang during a checkpoint's persist leaves the previous one the newest complete: up to one interval.
+    assert result.interruptions, result
+    assert all(i.replayed <= EVERY for i in result.interruptions), result.interruptions
