@@ -76,7 +76,15 @@ def main() -> int:
         subprocess.run(["rm", "-rf", str(volume)], check=True)
         training.prepare_data(volume)
         kube.apply(training.shared_volume(PV, NS))
-        job = training.training_job(JOB, NS, minimum=1, maximum=2, steps=10**6, backend=args.backend)
+        job = training.training_job(
+            JOB,
+            NS,
+            minimum=1,
+            maximum=2,
+            steps=10**6,
+            backend=args.backend,
+            failure_policy={"maxRestarts": 1000},  # each round is ~3 restarts: loss, shrink, grow-back
+        )
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
 
         def steps_after(world: int, after: float, count: int = 1) -> dict[str, Any] | None:
