@@ -21,7 +21,6 @@ import logging
 import os
 import re
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.optim import Optimizer
 
+from llm_trainer.background import Background
 from llm_trainer.staging import HostStage
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,7 @@ class Checkpointer:
         """Seconds the training thread spent in the last save (staging, or the whole save when sync)."""
         self.last_persist = 0.0
         """Seconds the last background persist took (staged copy to marker)."""
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._persisting = Background("background checkpoint persist")
         self._planner: DefaultSavePlanner | None = None
 
     def _prepare(self, path: Path) -> None:
@@ -191,23 +190,16 @@ class Checkpointer:
         model_state, optim_state = get_state_dict(model, optimizer)
         staged = self.stage.stage({"model": model_state, "optim": optim_state})
         self.last_stall = time.monotonic() - started
-        self._thread = threading.Thread(
-            target=self._persist, args=(step, path, staged, meta), name=f"persist-step-{step}", daemon=True
-        )
-        self._thread.start()
+        self._persisting.start(f"persist-step-{step}", self._persist, step, path, staged, meta)
         return path
 
     def _persist(self, step: int, path: Path, staged: dict[str, Any], meta: dict[str, Any]) -> None:
         started = time.monotonic()
-        try:
-            self.stage.wait_copied()
-            if self._planner is None:
-                self._planner = _caching_planner()
-            dcp_save(staged, checkpoint_id=str(path), process_group=self.persist_group, planner=self._planner)
-            self._finish(step, path, meta)
-        except BaseException as exc:  # reported to the training thread by wait()
-            self._error = exc
-            return
+        self.stage.wait_copied()
+        if self._planner is None:
+            self._planner = _caching_planner()
+        dcp_save(staged, checkpoint_id=str(path), process_group=self.persist_group, planner=self._planner)
+        self._finish(step, path, meta)
         self.last_persist = time.monotonic() - started
         log.info(
             "checkpoint step-%d persisted in %.2fs (training stalled %.3fs to stage %.0f MB)",
@@ -224,16 +216,11 @@ class Checkpointer:
     @property
     def in_flight(self) -> bool:
         """Whether a background persist is running."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._persisting.busy
 
     def wait(self) -> None:
         """Wait for the background persist (if any); raise if it failed."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise RuntimeError(f"background checkpoint persist failed: {error}") from error
+        self._persisting.wait()
 
     def prune(self, newest: int) -> None:
         """Rank 0: drop complete checkpoints beyond the newest ``keep`` and dead partial saves."""

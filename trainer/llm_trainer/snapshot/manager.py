@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.optim import Optimizer
 
+from llm_trainer.background import Background
 from llm_trainer.snapshot import plan as planner
 from llm_trainer.snapshot.store import (
     SLOTS,
@@ -88,8 +88,7 @@ class Snapshotter:
             if self.buddy_from is not None
             else []
         )
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._copying = Background("snapshot replication")
         self.last_stall = 0.0
         """Seconds the training thread spent in the last :meth:`take`."""
         self.last_replicate = 0.0
@@ -101,16 +100,11 @@ class Snapshotter:
     @property
     def busy(self) -> bool:
         """Whether a buddy copy is still in flight."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._copying.busy
 
     def wait(self) -> None:
         """Wait for the buddy copy in flight; raise if it failed."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise RuntimeError(f"snapshot replication failed: {error}") from error
+        self._copying.wait()
 
     def take(self, step: int, model: nn.Module, optimizer: Optimizer, meta: dict[str, Any]) -> None:
         """Stage the state of ``step`` into shared memory, then start the buddy copy (collective; every rank
@@ -149,22 +143,15 @@ class Snapshotter:
         if self.buddy_to is None:
             self._drop_stale()
         else:
-            self._thread = threading.Thread(
-                target=self._replicate, args=(header, payload), name=f"snapshot-buddy-{step}", daemon=True
-            )
-            self._thread.start()
+            self._copying.start(f"snapshot-buddy-{step}", self._replicate, header, payload)
 
     def _replicate(self, header: dict[str, Any], payload: torch.Tensor) -> None:
         started = time.monotonic()
-        try:
-            assert self.buddy_to is not None and self.buddy_from is not None
-            into = older_slot(self.buddy_slots)
-            received = _exchange(self.group, header, payload, self.buddy_to, self.buddy_from, into)
-            self._drop_stale()
-            log.debug("snapshot step %s copied to rank %d", received, self.buddy_to)
-        except BaseException as exc:  # reported to the training thread by wait()
-            self._error = exc
-            return
+        assert self.buddy_to is not None and self.buddy_from is not None
+        into = older_slot(self.buddy_slots)
+        received = _exchange(self.group, header, payload, self.buddy_to, self.buddy_from, into)
+        self._drop_stale()
+        log.debug("snapshot step %s copied to rank %d", received, self.buddy_to)
         self.last_replicate = time.monotonic() - started
 
     def _drop_stale(self) -> None:
