@@ -32,6 +32,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)
 JOB = "train"
 STEP_TIMEOUT = 240.0  # first steps include process start, torch import and rendezvous on a loaded 2-core box
 EVERY = 10  # checkpoint interval of the test jobs
+# A loss while checkpoint N is still persisting (async) resumes from N - EVERY; the next save waits for that
+# persist (at most one in flight), so the newest complete checkpoint is never two intervals behind.
+MAX_REPLAY = 2 * EVERY - 1
 SMOKE_STEPS = 60
 
 
@@ -133,7 +136,8 @@ def _lost_node_story(t: Training, lose: Callable[[str], None], restore: Callable
     result = t.audit()
     sizes = [(i.world_before, i.world_after) for i in result.interruptions]
     assert (2, 1) in sizes and (1, 2) in sizes, sizes
-    assert all(i.replayed < EVERY and i.resumed_from > 0 for i in result.interruptions), result.interruptions
+    bounded = all(i.replayed <= MAX_REPLAY and i.resumed_from > 0 for i in result.interruptions)
+    assert bounded, result.interruptions
     print(result.summary())
     return result
 
@@ -286,6 +290,5 @@ def test_hung_trainer_is_restarted_and_training_resumes(train: Training) -> None
         "Stalled to turn False once steps complete again",
     )
     result = train.audit()
-    # A hang during a checkpoint's persist leaves the previous one the newest complete: up to one interval.
     assert result.interruptions, result
-    assert all(i.replayed <= EVERY for i in result.interruptions), result.interruptions
+    assert all(i.replayed <= MAX_REPLAY for i in result.interruptions), result.interruptions
