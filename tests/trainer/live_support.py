@@ -46,6 +46,8 @@ def member_argv(corpus: Path, metrics: Path, etcd: str, prefix: str, member: str
         str(SEED),
         "--lease-ttl",
         "3",
+        "--metrics-port",
+        "0",
         *extra,
     ]
 

@@ -57,6 +57,33 @@ def test_user_args_and_checkpoint_dir() -> None:
     assert _env(pod)["LLMJOB_CHECKPOINT_DIR"] == "/ck"
 
 
+def test_in_process_recovery_runs_the_program_directly_with_the_live_contract() -> None:
+    spec = {"failurePolicy": {"recovery": "inProcess"}, "gpusPerNode": 0, "nprocPerNode": 1}
+    spec |= {"command": ["python", "-m", "llm_trainer.live"], "args": ["--data", "/d"]}
+    spec["checkpointDir"] = "/ck"
+    pod = worker_pod(job(**spec), 1, 0)
+    c = pod["spec"]["containers"][0]
+    assert c["command"] == ["python", "-m", "llm_trainer.live"] and c["args"] == ["--data", "/d"]
+    env = _env(pod)
+    assert not [name for name in env if name.startswith("PET_")], "no torchrun rendezvous across nodes"
+    assert env["LLMJOB_LIVE_ETCD"] == "llama-rdzv.ml.svc:2379"
+    assert env["LLMJOB_LIVE_PREFIX"] == "/llmjob/uid-1234/live/"
+    assert env["LLMJOB_LIVE_MIN_MEMBERS"] == "2"
+    assert env["LLMJOB_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["LLMJOB_CHECKPOINT_DIR"] == "/ck"
+
+
+def test_in_process_recovery_with_several_processes_uses_torchrun_only_locally() -> None:
+    spec = {"failurePolicy": {"recovery": "inProcess", "maxRestarts": 7}, "gpusPerNode": 8}
+    pod = worker_pod(job(**spec), 0, 0)
+    c = pod["spec"]["containers"][0]
+    assert c["command"] == [
+        "torchrun", "--standalone", "--nproc-per-node=8", "--max-restarts=7", "--no-python"
+    ]  # fmt: skip
+    assert c["args"] == ["python", "-m", "llm_trainer"]
+    assert _env(pod)["LLMJOB_LIVE_MIN_MEMBERS"] == "16"
+
+
 def test_rdzv_ids_differ_between_jobs() -> None:
     a = job()
     b = job()

@@ -68,6 +68,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("checkpoint relative", manifest(checkpointDir="ck"), "spec.checkpointDir"),
     ("unknown backend", manifest(rendezvous={"backend": "etcd"}), "spec.rendezvous.backend"),
     (
+        "inProcess on c10d",
+        manifest(rendezvous={"backend": "c10d"}, failurePolicy={"recovery": "inProcess"}),
+        "spec.failurePolicy.recovery inProcess needs spec.rendezvous.backend etcd-v3",
+    ),
+    ("unknown recovery", manifest(failurePolicy={"recovery": "live"}), "spec.failurePolicy.recovery"),
+    (
         "endpoint without port",
         manifest(rendezvous={"endpoint": "etcd.svc"}),
         "spec.rendezvous.endpoint (etcd.svc) must be host:port",

@@ -135,6 +135,12 @@ class FailurePolicy(_Model):
     progressStartupSeconds: int = Field(default=1800, ge=1, le=86400)
     """Allowance for the first step after the workers (re)start (rendezvous, checkpoint load,
     compilation), used instead of progressTimeoutSeconds until a step completes."""
+    recovery: Literal["restart", "inProcess"] = "restart"
+    """restart (default): each worker runs under torchrun, and a membership change restarts every
+    training process from the newest checkpoint. inProcess: the workers run the program directly as
+    members of the job's live membership in its etcd (rendezvous.backend etcd-v3 only); survivors keep
+    their processes and state, joiners get the state from a peer, and the operator evicts a lost
+    worker's members at once. The program must implement it (python -m llm_trainer.live does)."""
 
 
 class Scheduling(_Model):

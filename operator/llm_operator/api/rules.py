@@ -118,6 +118,12 @@ RULES_SPEC: list[dict[str, str]] = [
         static="spec.nprocPerNode must be <= spec.gpusPerNode: one process per GPU at most",
     ),
     _rule(
+        "self.failurePolicy.recovery != 'inProcess' || self.rendezvous.backend == 'etcd-v3'",
+        "'spec.failurePolicy.recovery inProcess needs spec.rendezvous.backend etcd-v3 (live membership"
+        " uses etcd leases and watches, which the c10d store lacks)'",
+        ".failurePolicy.recovery",
+    ),
+    _rule(
         "self.failurePolicy.nonRetryableExitCodes.all(c, c >= 1 && c <= 255)",
         "'spec.failurePolicy.nonRetryableExitCodes must be exit codes in [1, 255]'",
         ".failurePolicy.nonRetryableExitCodes",

@@ -46,15 +46,29 @@ def rdzv_conf(job: LLMTrainingJob) -> str:
     return conf
 
 
-def torchrun_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
-    """The torchrun contract (PET_*) plus what the trainer reads (LLMJOB_*)."""
-    env: list[dict[str, Any]] = [
+def _identity_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
+    """What every worker is told about itself (LLMJOB_*), whatever runs in it."""
+    return [
         {"name": "LLMJOB_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "LLMJOB_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "LLMJOB_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "LLMJOB_JOB_NAME", "value": job.metadata.name},
         {"name": "LLMJOB_REPLICA_INDEX", "value": str(index)},
         {"name": "LLMJOB_ATTEMPT", "value": str(attempt)},
+    ]
+
+
+def _tail_env(job: LLMTrainingJob) -> list[dict[str, Any]]:
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    if job.spec.checkpointDir:
+        env.append({"name": "LLMJOB_CHECKPOINT_DIR", "value": job.spec.checkpointDir})
+    return env
+
+
+def torchrun_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
+    """The torchrun contract (PET_*) plus what the trainer reads (LLMJOB_*)."""
+    return [
+        *_identity_env(job, index, attempt),
         {"name": "PET_NNODES", "value": f"{job.spec.minReplicas}:{job.spec.maxReplicas}"},
         {"name": "PET_NPROC_PER_NODE", "value": str(job.nproc_per_node)},
         {"name": "PET_RDZV_BACKEND", "value": job.spec.rendezvous.backend},
@@ -66,21 +80,57 @@ def torchrun_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str
         # Without it torch (2.5+) reuses the first round's master address after a re-rendezvous, so a
         # replacement node waits for ever (measured in bench/trainer_recovery.py, docs/trainer.md).
         {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *_tail_env(job),
     ]
-    if job.spec.checkpointDir:
-        env.append({"name": "LLMJOB_CHECKPOINT_DIR", "value": job.spec.checkpointDir})
-    return env
+
+
+def live_prefix(job: LLMTrainingJob) -> str:
+    """Key prefix of the job's live membership in its etcd (failurePolicy.recovery inProcess)."""
+    return f"/llmjob/{job_uid(job)}/live/"
+
+
+def live_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
+    """The live-membership contract (failurePolicy.recovery inProcess): no PET_*, no torchrun across
+    nodes; members are ``<pod>.<pid>`` under the job's prefix in its etcd."""
+    return [
+        *_identity_env(job, index, attempt),
+        {"name": "LLMJOB_LIVE_ETCD", "value": rendezvous.endpoint(job)},
+        {"name": "LLMJOB_LIVE_PREFIX", "value": live_prefix(job)},
+        {"name": "LLMJOB_LIVE_MIN_MEMBERS", "value": str(job.spec.minReplicas * job.nproc_per_node)},
+        *_tail_env(job),
+    ]
+
+
+def in_process(job: LLMTrainingJob) -> bool:
+    """Whether the job recovers in process (live membership) instead of restarting."""
+    return job.spec.failurePolicy.recovery == "inProcess"
+
+
+def launcher(job: LLMTrainingJob) -> list[str]:
+    """What runs the user's command: torchrun across nodes; for inProcess nothing (one process per pod)
+    or torchrun as a local supervisor only (``--standalone``: never a rendezvous across nodes)."""
+    if not in_process(job):
+        return ["torchrun", "--no-python"]
+    if job.nproc_per_node == 1:
+        return []
+    return [
+        "torchrun",
+        "--standalone",
+        f"--nproc-per-node={job.nproc_per_node}",
+        f"--max-restarts={job.spec.failurePolicy.maxRestarts}",
+        "--no-python",
+    ]
 
 
 def container_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
     """Operator env, then EFA defaults and user env merged by name (user wins over defaults)."""
+    own = live_env(job, index, attempt) if in_process(job) else torchrun_env(job, index, attempt)
     tunables: dict[str, dict[str, Any]] = {}
     if job.spec.efaPerNode > 0:
         tunables = {name: {"name": name, "value": value} for name, value in EFA_ENV.items()}
     for var in job.spec.env:
         tunables[var.name] = var.model_dump(by_alias=True, exclude_none=True)
-    return torchrun_env(job, index, attempt) + list(tunables.values())
+    return own + list(tunables.values())
 
 
 def _resources(job: LLMTrainingJob) -> dict[str, Any]:
@@ -186,12 +236,16 @@ def worker_pod(
     if job.spec.scheduling.gangScheduling:
         extra[labels.POD_GROUP_LABEL] = job.metadata.name
     volumes, mounts = _volumes(job)
+    wrapper = launcher(job)
+    # Under a launcher the user's command becomes its arguments (as before inProcess existed).
+    command = wrapper or list(job.spec.command)
+    args = [*job.spec.command, *job.spec.args] if wrapper else list(job.spec.args)
     container: dict[str, Any] = {
         "name": "trainer",
         "image": job.spec.image,
         "imagePullPolicy": job.spec.imagePullPolicy,
-        "command": ["torchrun", "--no-python"],
-        "args": [*job.spec.command, *job.spec.args],
+        "command": command,
+        "args": args,
         "env": container_env(job, index, attempt),
         "ports": metrics_ports(job.nproc_per_node),
         "volumeMounts": mounts,

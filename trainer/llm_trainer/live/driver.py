@@ -8,9 +8,18 @@ is read) and continues from the last completed step with its share of the global
 new world size. Rank 0 of each generation appends one line per step to the metrics file (same fields as
 ``train.py``'s metrics.jsonl, plus the generation and the members' PIDs).
 
-Exit codes: 0 when the run finished, ``EXIT_EVICTED`` when this member was removed from the job,
-``EXIT_NO_GENERATION`` when no generation formed within ``--form-timeout``, ``EXIT_STATE_LOST`` when every
-member holding the state is gone (the restart path with its checkpoint takes over).
+With ``--checkpoint-dir`` and ``--checkpoint-every`` the members also save collective checkpoints (the
+trainer's format and ``COMPLETE`` marker). They are the restart path under the live one: when every member
+of a generation is new (all holders of the state are gone at once, or the job's etcd was replaced), the
+members load the newest complete checkpoint instead of a peer's state.
+
+SIGTERM or SIGINT stops a member at the next step boundary: it leaves the membership and the others
+re-form without it; when every member stops together (the job is suspended or deleted) they first save a
+checkpoint of the last step.
+
+Exit codes: 0 when the run finished or the member was stopped by a signal, ``EXIT_EVICTED`` when this
+member was removed from the job, ``EXIT_NO_GENERATION`` when no generation formed within
+``--form-timeout``, ``EXIT_STATE_LOST`` when every member holding the state is gone and no checkpoint exists.
 """
 
 from __future__ import annotations
@@ -19,12 +28,14 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
 import time
 import zlib
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from types import FrameType
 
 import numpy as np
 import torch
@@ -33,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from llm_trainer.checkpoint import Checkpointer, latest_checkpoint
 from llm_trainer.cli_errors import ExitOnErrorParser, usage_error
 from llm_trainer.config import TrainConfig, model_config
 from llm_trainer.data.loader import DistributedBatches, StepBatch
@@ -43,7 +55,7 @@ from llm_trainer.live import layout
 from llm_trainer.live.layout import Generation
 from llm_trainer.live.membership import Evicted, Membership, RunFinished
 from llm_trainer.live.sync import Progress, StateLost, synchronise
-from llm_trainer.metrics import StepLog, last_record
+from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog, last_record
 from llm_trainer.model import Transformer
 from llm_trainer.rendezvous.etcd_client import EtcdClient, parse_endpoints
 from llm_trainer.rendezvous.etcd_store import EtcdV3Store
@@ -58,6 +70,10 @@ EXIT_STATE_LOST = 5
 ETCD_ENV = "LLMJOB_LIVE_ETCD"
 PREFIX_ENV = "LLMJOB_LIVE_PREFIX"
 MEMBER_ENV = "LLMJOB_LIVE_MEMBER"
+MIN_MEMBERS_ENV = "LLMJOB_LIVE_MIN_MEMBERS"
+POD_ENV = "LLMJOB_POD_NAME"
+"""The operator's pod name: member ids default to ``<pod>.<pid>``, so the operator can evict a pod."""
+CHECKPOINT_ENV = "LLMJOB_CHECKPOINT_DIR"
 
 
 @dataclass(frozen=True)
@@ -74,13 +90,30 @@ class LiveOptions:
     form_timeout: float
     start_when: Path | None
     """Warm spare: wait (imported, model built) until this file exists before joining."""
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    metrics_port: int = 0
+    """Prometheus port of local rank 0 (+ LOCAL_RANK for the others); 0: none."""
 
 
 def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
     """Options; a bad value exits 2 with one line naming it."""
     parser = ExitOnErrorParser(prog="python -m llm_trainer.live", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="folder of token shards")
-    parser.add_argument("--metrics", required=True, help="metrics file (JSON lines, written by rank 0)")
+    parser.add_argument(
+        "--metrics", default="", help=f"rank 0's step log (default <checkpoint dir>/{METRICS_FILE})"
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get(CHECKPOINT_ENV, ""),
+        help=f"checkpoints: the fallback when every holder of the state is gone (${CHECKPOINT_ENV})",
+    )
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: none)")
+    parser.add_argument("--keep-checkpoints", type=int, default=2)
+    parser.add_argument(
+        "--metrics-port", type=int, default=9400, help="Prometheus port (+ LOCAL_RANK); 0: no endpoint"
+    )
     parser.add_argument("--etcd", default=os.environ.get(ETCD_ENV, ""), help=f"host:port (${ETCD_ENV})")
     parser.add_argument(
         "--prefix", default=os.environ.get(PREFIX_ENV, ""), help=f"key prefix (${PREFIX_ENV})"
@@ -88,9 +121,14 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
     parser.add_argument(
         "--member",
         default=os.environ.get(MEMBER_ENV, ""),
-        help=f"member id (${MEMBER_ENV}; default <host>.<pid>)",
+        help=f"member id (${MEMBER_ENV}; default <pod>.<pid> with ${POD_ENV}, else <host>.<pid>)",
     )
-    parser.add_argument("--min-members", type=int, default=1, help="members needed to form generation 1")
+    parser.add_argument(
+        "--min-members",
+        type=int,
+        default=_int_env(MIN_MEMBERS_ENV, 1),
+        help=f"members needed to form generation 1 (${MIN_MEMBERS_ENV})",
+    )
     parser.add_argument("--lease-ttl", type=int, default=3, help="seconds a silent member stays a member")
     parser.add_argument("--collective-timeout", type=float, default=30.0)
     parser.add_argument("--form-timeout", type=float, default=120.0)
@@ -116,16 +154,26 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
         usage_error(prog, f"--etcd: {exc}")
     if not args.prefix.startswith("/") or not args.prefix.endswith("/"):
         usage_error(prog, f"--prefix must start and end with '/', got {args.prefix!r}")
-    member = args.member or f"{os.uname().nodename}.{os.getpid()}"
+    member = args.member or f"{os.environ.get(POD_ENV) or os.uname().nodename}.{os.getpid()}"
     if not layout.valid_member_id(member):
         usage_error(prog, f"--member {member!r} must be printable ASCII without '/'")
     if args.min_members < 1:
         usage_error(prog, "--min-members must be at least 1")
     if args.lease_ttl < 2:
         usage_error(prog, "--lease-ttl must be at least 2 seconds")
-    for name in ("steps", "global_batch", "micro_batch", "seq_len"):
+    for name in ("steps", "global_batch", "micro_batch", "seq_len", "keep_checkpoints"):
         if getattr(args, name) < 1:
             usage_error(prog, f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.metrics_port <= 65535:
+        usage_error(prog, "--metrics-port must be a TCP port, or 0 for none")
+    if args.checkpoint_every < 0:
+        usage_error(prog, "--checkpoint-every must be 0 (off) or more")
+    if args.checkpoint_every and not args.checkpoint_dir:
+        usage_error(prog, f"--checkpoint-every needs --checkpoint-dir (or ${CHECKPOINT_ENV})")
+    if not args.metrics and not args.checkpoint_dir:
+        usage_error(prog, "--metrics is required without --checkpoint-dir")
+    checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    metrics = Path(args.metrics) if args.metrics else Path(args.checkpoint_dir) / METRICS_FILE
     cfg = TrainConfig(
         data=args.data,
         model=args.model,
@@ -147,27 +195,72 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
         etcd=args.etcd,
         prefix=args.prefix,
         member=member,
-        metrics=Path(args.metrics),
+        metrics=metrics,
         min_members=args.min_members,
         lease_ttl=args.lease_ttl,
         collective_timeout=args.collective_timeout,
         form_timeout=args.form_timeout,
         start_when=Path(args.start_when) if args.start_when else None,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        metrics_port=args.metrics_port,
     )
     return cfg, opts
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        usage_error("python -m llm_trainer.live", f"${name} must be an integer, got {raw!r}")
+
+
+class Stop:
+    """SIGTERM/SIGINT: inside the training loop the member stops at the next step boundary (the flag rides
+    on the step's all-reduce); anywhere else (waiting for a generation, forming one) it exits at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.deferred = False
+
+    def install(self) -> Stop:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping", signal.Signals(signum).name)
+        self.requested = True
+        if not self.deferred:
+            raise Stopped()
+
+
+class Stopped(Exception):
+    """This member was asked to stop (a signal) and left the job."""
 
 
 class PeerChange(Exception):
     """The members agreed at a step boundary that the membership changed."""
 
 
+class AllStopped(Exception):
+    """Every member was asked to stop at the same step boundary (suspend, delete): saved, done."""
+
+
 class LiveTrainer:
     """Model, optimizer and progress that outlive process groups."""
 
-    def __init__(self, cfg: TrainConfig, opts: LiveOptions, membership: Membership) -> None:
+    def __init__(
+        self, cfg: TrainConfig, opts: LiveOptions, membership: Membership, stop: Stop | None = None
+    ) -> None:
         self.cfg = cfg
         self.opts = opts
         self.membership = membership
+        self.stop = stop or Stop()
+        self.checkpointer: Checkpointer | None = None
+        self.saved_step = -1
         self.shards = TokenShards(Path(cfg.data), cfg.seq_len)
         self.model = Transformer(model_config(cfg.model))
         self.model.init_weights(cfg.seed)
@@ -177,6 +270,8 @@ class LiveTrainer:
         self.progress = Progress(step=0, position=0, last_loss=math.nan, fresh=True)
         self.order = GlobalOrder(self.shards.num_samples, cfg.seed)
         self.process_started = time.time()
+        port = opts.metrics_port + int(os.environ.get("LOCAL_RANK", "0")) if opts.metrics_port else 0
+        self.exporter = Exporter(port, {"member": opts.member})
 
     # -- one generation -------------------------------------------------------------------------------------
 
@@ -210,8 +305,10 @@ class LiveTrainer:
             def receiving() -> None:
                 self.progress = replace(self.progress, fresh=True)
 
+            if self.opts.checkpoint_dir is not None:
+                self.checkpointer = Checkpointer(self.opts.checkpoint_dir, self.opts.keep_checkpoints, rank)
             self.progress, source = synchronise(
-                self.model, self.optimizer, self.progress, None, job_step, receiving
+                self.model, self.optimizer, self.progress, None, job_step, receiving, self._restore
             )
             ddp = DistributedDataParallel(self.model, init_sync=False)
             batches = DistributedBatches(
@@ -242,15 +339,54 @@ class LiveTrainer:
             }
             print(json.dumps(event), flush=True)
             resumed_from = self.progress.step
-            while self.progress.step < self.cfg.steps:
-                self._train_step(ddp, batches, gen, pids, step_log, resumed_from)
+            self.stop.deferred = True
+            try:
+                if self.stop.requested:
+                    raise Stopped()
+                while self.progress.step < self.cfg.steps:
+                    self._train_step(ddp, batches, gen, pids, step_log, resumed_from)
+            finally:
+                self.stop.deferred = False
+            self._save()
             if rank == 0:
                 self.membership.finish()
             return True
         except PeerChange:
             return False
+        except AllStopped:
+            self._save()
+            raise
         finally:
             dist.destroy_process_group()
+
+    def _restore(self) -> Progress | None:
+        """Collective, when every member is new: the newest complete checkpoint (rank 0 picks it for all)."""
+        if self.checkpointer is None:
+            return None
+        choice = [latest_checkpoint(self.checkpointer.root) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(choice, src=0)
+        info = choice[0]
+        if info is None:
+            return None
+        meta = self.checkpointer.load(info, self.model, self.optimizer)
+        self.saved_step = info.step
+        restarts = int(meta.get("restarts", 0)) + 1
+        log.info("every member was new: resumed from checkpoint step-%d", info.step)
+        return Progress(info.step, int(meta["position"]), float(meta["last_loss"]), False, restarts)
+
+    def _save(self) -> None:
+        """Collective checkpoint of the current step, unless it is saved already or checkpoints are off."""
+        if self.checkpointer is None or self.saved_step == self.progress.step or self.progress.step == 0:
+            return
+        meta = {
+            "position": self.progress.position,
+            "last_loss": self.progress.last_loss,
+            "restarts": self.progress.restarts,
+            "world_size": dist.get_world_size(),
+            "model": self.cfg.model,
+        }
+        self.checkpointer.save(self.progress.step, self.model, self.optimizer, meta)
+        self.saved_step = self.progress.step
 
     def _train_step(
         self,
@@ -281,22 +417,40 @@ class LiveTrainer:
                 scaled: torch.Tensor = token_loss * (scale * micro.weight)
                 scaled.backward()  # type: ignore[no-untyped-call]
             loss_sum += token_loss.detach() * micro.weight
-        changed = self.membership.changed.is_set() and self.membership.differs(gen)
-        reduced = torch.stack([loss_sum, torch.tensor(1.0 if changed else 0.0)])
+        stopping = self.stop.requested
+        changed = stopping or (self.membership.changed.is_set() and self.membership.differs(gen))
+        flags = [1.0 if changed else 0.0, 1.0 if stopping else 0.0]
+        reduced = torch.cat([loss_sum.reshape(1), torch.tensor(flags)])
         # The step is complete once this all-reduce returns: every member's gradients were summed.
         dist.all_reduce(reduced)
         if cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         loss = float(reduced[0].item()) / tokens_in_step
-        self.progress = Progress(step + 1, batch.stop, loss, fresh=False)
+        self.progress = Progress(step + 1, batch.stop, loss, fresh=False, restarts=self.progress.restarts)
+        self.exporter.update(
+            step=step + 1,
+            loss=loss,
+            tokens_per_second=tokens_in_step / max(time.monotonic() - started, 1e-9),
+            last_step_timestamp_seconds=time.time(),
+            world_size=gen.world_size,
+            samples_seen=batch.stop,
+        )
         if cfg.min_step_seconds > 0:
             time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
         if step_log is not None:
             step_log.append(self._record(batch, gen, pids, loss, time.monotonic() - started, resumed_from))
             self.membership.client.put(layout.step_key(self.opts.prefix), str(step + 1).encode())
+        stopping_members = int(reduced[2].item())
+        if stopping_members >= gen.world_size:
+            raise AllStopped()
+        if stopping:
+            raise Stopped()
         if reduced[1].item() > 0:
-            raise PeerChange()
+            raise PeerChange()  # no checkpoint now: a member may be leaving; the next one is due soon
+        every = self.opts.checkpoint_every
+        if every and self.progress.step % every == 0 and self.progress.step < cfg.steps:
+            self._save()
 
     def _record(
         self,
@@ -319,6 +473,7 @@ class LiveTrainer:
             "sample_end": batch.stop,
             "samples_crc32": zlib.crc32(np.asarray(ids, dtype="<i8").tobytes()),
             "step_time": round(elapsed, 4),
+            "restart": self.progress.restarts,
             "generation": gen.number if gen is not None else None,
             "members": list(gen.members) if gen is not None else None,
             "pids": pids,
@@ -343,9 +498,18 @@ class LiveTrainer:
 
 def run(cfg: TrainConfig, opts: LiveOptions) -> int:
     """Train as one member until the run is done; returns the exit code."""
+    stop = Stop().install()
+    try:
+        return _run(cfg, opts, stop)
+    except Stopped:
+        log.info("stopped by a signal; left the job")
+        return 0
+
+
+def _run(cfg: TrainConfig, opts: LiveOptions, stop: Stop) -> int:
     client = EtcdClient(parse_endpoints(opts.etcd))
     membership = Membership(client, opts.prefix, opts.member, opts.lease_ttl)
-    trainer = LiveTrainer(cfg, opts, membership)
+    trainer = LiveTrainer(cfg, opts, membership, stop)
     if opts.start_when is not None:
         print(json.dumps({"event": "waiting", "time": time.time(), "pid": os.getpid()}), flush=True)
         while not opts.start_when.exists():
@@ -369,6 +533,9 @@ def run(cfg: TrainConfig, opts: LiveOptions) -> int:
                 if trainer.run_generation(gen):
                     return 0
                 log.info("membership changed after step %d; re-forming", trainer.progress.step)
+            except AllStopped:
+                log.info("every member stopped at step %d (checkpoint saved)", trainer.progress.step)
+                return 0
             except Evicted as exc:
                 log.warning("%s; exiting", exc)
                 return EXIT_EVICTED

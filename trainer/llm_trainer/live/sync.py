@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,8 @@ class Progress:
     last_loss: float
     fresh: bool
     """True for a member that holds no trained state yet (a joiner)."""
+    restarts: int = 0
+    """How many times the job's state had to come back from a checkpoint (every member held none)."""
 
 
 def ensure_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
@@ -50,7 +53,11 @@ def state_tensors(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[t
 
 
 class StateLost(RuntimeError):
-    """Every member of the generation is new although the job had trained: only a checkpoint can help."""
+    """Every member of the generation is new although the job had trained, and no checkpoint exists."""
+
+
+Source = int | Literal["checkpoint"] | None
+"""Where the agreed state came from: a member's rank, the checkpoint, or nowhere (all agreed already)."""
 
 
 def synchronise(
@@ -60,14 +67,16 @@ def synchronise(
     group: dist.ProcessGroup | None,
     job_step: int = 0,
     on_receive: Callable[[], None] | None = None,
-) -> tuple[Progress, int | None]:
-    """Make every member hold the most advanced state; returns the agreed progress and the source rank
-    (None when everyone already agreed and nothing was sent).
+    restore: Callable[[], Progress | None] | None = None,
+) -> tuple[Progress, Source]:
+    """Make every member hold the most advanced state; returns the agreed progress and its source.
 
-    ``job_step`` is the step the job had reached (from etcd): if every member is new but it is above 0 the
-    state is gone with the old members and :class:`StateLost` is raised. ``on_receive`` is called on the
-    receiving members before anything is overwritten, so that a member whose transfer breaks halfway
-    marks itself new (a half-received state must never become a source).
+    When every member is new, ``restore`` (collective: called on every member) loads the newest complete
+    checkpoint and returns its progress, or None when there is none: the restart path under the live one.
+    ``job_step`` is the step the job had reached (from etcd): if every member is new, nothing was restored
+    and it is above 0, the state is gone with the old members and :class:`StateLost` is raised.
+    ``on_receive`` is called on the receiving members before anything is overwritten, so that a member
+    whose transfer breaks halfway marks itself new (a half-received state must never become a source).
     """
     world = dist.get_world_size(group)
     mine = torch.tensor([progress.step, 1 if progress.fresh else 0], dtype=torch.int64)
@@ -75,8 +84,12 @@ def synchronise(
     dist.all_gather(gathered, mine, group=group)
     steps = [int(t[0]) for t in gathered]
     fresh = [bool(t[1]) for t in gathered]
-    if all(fresh) and job_step > 0:
-        raise StateLost(f"every member is new but the job had reached step {job_step}")
+    if all(fresh):
+        restored = restore() if restore is not None else None
+        if restored is not None:
+            return restored, "checkpoint"
+        if job_step > 0:
+            raise StateLost(f"every member is new but the job had reached step {job_step}")
     best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
     if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
         return progress, None
@@ -84,9 +97,11 @@ def synchronise(
     source = min(candidates)
     if on_receive is not None and dist.get_rank(group) != source:
         on_receive()
-    header = torch.tensor([progress.step, progress.position, progress.last_loss], dtype=torch.float64)
+    header = torch.tensor(
+        [progress.step, progress.position, progress.last_loss, progress.restarts], dtype=torch.float64
+    )
     dist.broadcast(header, src=source, group=group)
     for tensor in state_tensors(module, optimizer):
         dist.broadcast(tensor, src=source, group=group)
-    agreed = Progress(int(header[0]), int(header[1]), float(header[2]), fresh=False)
+    agreed = Progress(int(header[0]), int(header[1]), float(header[2]), fresh=False, restarts=int(header[3]))
     return agreed, source
