@@ -13,11 +13,13 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
+from llm_operator.builders import rendezvous
 from llm_operator.builders.desired import support_objects
-from llm_operator.builders.worker import worker_pod
+from llm_operator.builders.worker import live_prefix, worker_pod
 from llm_operator.expectations import Expectations
-from llm_operator.kube import Kube
+from llm_operator.kube import Kube, KubeError
 from llm_operator.kueue_sync import KueueSync
+from llm_operator.live_evict import evict_pods
 from llm_operator.observe import NodeView, PodView, pod_view
 from llm_operator.progress import ProgressTracker, metrics_url, probe, probe_interval, probe_targets
 from llm_operator.reconcile import Plan, plan
@@ -167,6 +169,8 @@ class JobController:
             metrics.REPLACEMENTS.inc()
             if since:
                 metrics.REACTION.observe(max(0.0, now - since))
+        if decided.evict:  # before the deletions: the survivors re-form without waiting for leases
+            await self.evict_live_members(job, decided.evict, body, logger)
         await asyncio.gather(
             *(self.kube.delete_pod(self.namespace, d.pod.name, d.pod.uid, d.force) for d in decided.delete)
         )
@@ -218,6 +222,32 @@ class JobController:
             status["desiredReplicas"],
             status["targetReplicas"],
             status["readyReplicas"],
+        )
+
+    async def live_etcd(self, job: LLMTrainingJob) -> str:
+        """host:port of the job's etcd as the operator reaches it (see llm_operator.live_evict)."""
+        if not rendezvous.managed(job):
+            return job.spec.rendezvous.endpoint
+        ips = await self.kube.running_pod_ips(self.namespace, rendezvous.server_selector(job))
+        return f"{ips[0]}:{rendezvous.port(job)}" if ips else rendezvous.endpoint(job)
+
+    async def evict_live_members(
+        self, job: LLMTrainingJob, pods: list[str], body: kopf.Body, logger: kopf.Logger
+    ) -> None:
+        """Best effort: on failure the members' leases remove them a few seconds later."""
+        started = time.monotonic()
+        try:
+            address = await self.live_etcd(job)
+            deleted = await evict_pods(address, live_prefix(job), pods)
+        except (RuntimeError, KubeError) as exc:
+            message = f"could not evict the live members of {', '.join(pods)}: {exc}; their leases expire"
+            logger.warning(f"LiveEvictionFailed: {message}")
+            kopf.event(body, type="Warning", reason="LiveEvictionFailed", message=message)
+            return
+        metrics.LIVE_EVICTIONS.inc(deleted)
+        logger.info(
+            f"LiveMembersEvicted: {deleted} member(s) of {', '.join(pods)} at {address}"
+            f" in {1000 * (time.monotonic() - started):.0f} ms"
         )
 
 

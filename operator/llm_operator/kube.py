@@ -104,6 +104,22 @@ class Kube:
             raise
         return True
 
+    async def running_pod_ips(self, namespace: str, selector: dict[str, str]) -> list[str]:
+        """IPs of the Running pods whose labels match ``selector``."""
+        labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        try:
+            pods: Any = await self.core.list_namespaced_pod(namespace, label_selector=labels)
+        except ApiException as exc:
+            raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
+        return [
+            p.status.pod_ip
+            for p in pods.items
+            if p.status is not None
+            and p.status.phase == "Running"
+            and p.status.pod_ip
+            and p.metadata.deletion_timestamp is None
+        ]
+
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (None values clear fields)."""
         patch: Any = self.custom.patch_namespaced_custom_object_status  # typed stubs lack _content_type

@@ -23,6 +23,9 @@ PROGRESS_PROBES = Counter(
     "llmjob_progress_probes_total", "Hang-detection probes of worker metrics endpoints", ["result"]
 )
 STALLS = Counter("llmjob_stalls_detected_total", "Jobs restarted because no training step completed")
+LIVE_EVICTIONS = Counter(
+    "llmjob_live_members_evicted_total", "Live members (inProcess recovery) removed from a job's etcd"
+)
 REACTION = Histogram(
     "llmjob_reaction_seconds",
     "From the failure signal's API timestamp to the lost worker's deletion (1 s timestamp resolution)",

@@ -18,6 +18,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | suspend | ``steps.suspend.suspend`` |
 | Kueue: no workers until admitted | ``steps.admission.hold_until_admitted`` |
 | finished: stop workers, TTL | ``steps.finish.finish`` |
+| inProcess: failed workers leave the live membership | ``steps.live.evict_live_members`` |
 | checkpointDir not on a shared volume (warning) | ``steps.storage.checkpoint_sharing`` |
 | Kueue's verdict as condition + Event | ``steps.admission.admission_verdict`` |
 | phase, conditions, status record | ``steps.status.status`` |
@@ -35,6 +36,7 @@ from llm_operator.steps.admission import admission_verdict, hold_until_admitted
 from llm_operator.steps.below_min import below_min
 from llm_operator.steps.failures import force_stuck_terminating, replace_lost, terminal_outcome
 from llm_operator.steps.finish import finish
+from llm_operator.steps.live import evict_live_members
 from llm_operator.steps.placement import observe_nodes
 from llm_operator.steps.progress import detect_stall
 from llm_operator.steps.sizing import count_restart, resize, scale
@@ -60,6 +62,7 @@ STEPS: tuple[Step, ...] = (
     suspend,
     hold_until_admitted,
     finish,
+    evict_live_members,
     checkpoint_sharing,
     admission_verdict,
     status,

@@ -113,3 +113,27 @@ def test_evicting_a_host_removes_all_its_members_and_no_other(
     finally:
         for member in members:
             member.leave()
+
+
+def test_the_operators_eviction_removes_one_pods_members_through_the_json_gateway(
+    etcd: LocalEtcd, client: EtcdClient
+) -> None:
+    """What the operator runs when it gives up on a worker (llm_operator.live_evict), on a real etcd."""
+    import asyncio
+
+    from llm_operator.live_evict import evict_pods
+
+    prefix = "/op-evict/"
+    members = [Membership(client, prefix, m, ttl=30) for m in ("w-1.100", "w-1.101", "w-10.100", "w-2.100")]
+    for member in members:
+        member.register()
+    try:
+        deleted = asyncio.run(evict_pods(etcd.endpoint, prefix, ["w-1"]))
+        assert deleted == 2
+        assert live_members(client, prefix) == ["w-10.100", "w-2.100"]
+        assert asyncio.run(evict_pods(etcd.endpoint, prefix, ["w-1"])) == 0, "evicting again is a no-op"
+    finally:
+        for member in members:
+            member.leave()
+    with pytest.raises(RuntimeError, match=r"etcd at 127\.0\.0\.1:1: "):
+        asyncio.run(evict_pods("127.0.0.1:1", prefix, ["w-2"], timeout=2))

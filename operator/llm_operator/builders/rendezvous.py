@@ -124,7 +124,7 @@ def _c10d_container(job: LLMTrainingJob) -> dict[str, Any]:
     }
 
 
-def _server_selector(job: LLMTrainingJob) -> dict[str, str]:
+def server_selector(job: LLMTrainingJob) -> dict[str, str]:
     """Labels that select the job's rendezvous server pod."""
     return {labels.JOB_NAME: job.metadata.name, labels.ROLE: labels.ROLE_RENDEZVOUS}
 
@@ -135,7 +135,7 @@ def rendezvous_objects(job: LLMTrainingJob, settings: Settings) -> list[dict[str
         return []
     name = labels.rendezvous_name(job.metadata.name)
     pod_labels = child_labels(job, labels.ROLE_RENDEZVOUS)
-    selector = _server_selector(job)
+    selector = server_selector(job)
     etcd = job.spec.rendezvous.backend == "etcd-v3"
     pod_spec: dict[str, Any] = {
         **_placement(job, settings),
@@ -193,7 +193,7 @@ def rendezvous_network_policy(job: LLMTrainingJob, settings: Settings) -> dict[s
         "kind": "NetworkPolicy",
         "metadata": child_metadata(job, labels.rendezvous_name(job.metadata.name), labels.ROLE_RENDEZVOUS),
         "spec": {
-            "podSelector": {"matchLabels": _server_selector(job)},
+            "podSelector": {"matchLabels": server_selector(job)},
             "policyTypes": ["Ingress"],
             "ingress": [{"from": peers, "ports": [{"protocol": "TCP", "port": port(job)}]}],
         },

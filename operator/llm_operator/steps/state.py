@@ -43,6 +43,8 @@ class Plan:
     lost: list[tuple[str, float | None]] = field(default_factory=list)
     """(signal, since) of workers found lost this pass, for metrics."""
     resize: tuple[int, int, str] | None = None
+    evict: list[str] = field(default_factory=list)
+    """Workers (pod names) whose live members leave the job's etcd before the pods are deleted."""
     avoid_nodes: tuple[str, ...] = ()
     """Nodes new workers must not land on (lost, terminating, cordoned, or just deleted)."""
     requeue_at: float | None = None

@@ -418,7 +418,13 @@ class LiveTrainer:
                 scaled.backward()  # type: ignore[no-untyped-call]
             loss_sum += token_loss.detach() * micro.weight
         stopping = self.stop.requested
-        changed = stopping or (self.membership.changed.is_set() and self.membership.differs(gen))
+        evicted: Evicted | None = None
+        changed = False
+        try:
+            changed = self.membership.changed.is_set() and self.membership.differs(gen)
+        except Evicted as exc:  # leave at this step boundary, after the others summed this step with us
+            evicted = exc
+        changed = changed or stopping or evicted is not None
         flags = [1.0 if changed else 0.0, 1.0 if stopping else 0.0]
         reduced = torch.cat([loss_sum.reshape(1), torch.tensor(flags)])
         # The step is complete once this all-reduce returns: every member's gradients were summed.
@@ -444,6 +450,8 @@ class LiveTrainer:
         stopping_members = int(reduced[2].item())
         if stopping_members >= gen.world_size:
             raise AllStopped()
+        if evicted is not None:
+            raise evicted
         if stopping:
             raise Stopped()
         if reduced[1].item() > 0:

@@ -1,0 +1,77 @@
+"""Remove a lost worker's live members from the job's etcd at once (failurePolicy.recovery inProcess).
+
+The training processes of an inProcess job are members of a live membership in the job's etcd
+(``llm_trainer.live``): one lease-backed key ``<prefix>members/<pod>.<pid>`` per process. When the
+operator gives up on a worker (its node is gone or not ready, its pod failed, it stalled), it deletes that
+pod's keys before it deletes the pod, so the survivors re-form at once instead of waiting for the dead
+members' leases to expire. One ``deleterange`` call per pod through etcd's JSON gateway
+(``POST /v3/kv/deleterange``, keys base64): no etcd client library in the operator image.
+
+Where etcd is: the job's ``rendezvous.endpoint`` when given; otherwise the operator-managed rendezvous
+pod's IP (reachable from the operator in a cluster, where the job's NetworkPolicy admits the operator's
+pods, and on the local pod runner, where pod IPs are loopback addresses), else its Service name.
+Best effort and bounded: on any failure the lease (a few seconds) still removes the members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Iterable
+
+import aiohttp
+
+log = logging.getLogger(__name__)
+
+EVICT_TIMEOUT = 2.0
+"""Seconds the whole eviction may take before the operator goes on deleting the pods."""
+
+
+def member_range(prefix: str, pod: str) -> tuple[str, str]:
+    """The etcd key range ``[key, range_end)`` of every member of ``pod``: ids ``<pod>.<anything>``.
+
+    ``<pod>.`` ends in ``.`` (0x2E), so the range ends at ``<pod>/``: ``worker-1.`` never matches
+    ``worker-10.<pid>``."""
+    if not prefix.startswith("/") or not prefix.endswith("/"):
+        raise ValueError(f"live prefix must start and end with '/': {prefix!r}")
+    if not pod or "/" in pod or "." in pod:
+        raise ValueError(f"pod name {pod!r} is not a member-id host part")
+    key = f"{prefix}members/{pod}."
+    return key, key[:-1] + "/"
+
+
+def deleterange_body(prefix: str, pod: str) -> dict[str, str]:
+    """The JSON body of etcd's ``/v3/kv/deleterange`` for ``pod``'s members."""
+    key, end = member_range(prefix, pod)
+    return {
+        "key": base64.b64encode(key.encode()).decode(),
+        "range_end": base64.b64encode(end.encode()).decode(),
+    }
+
+
+async def _delete_one(session: aiohttp.ClientSession, url: str, prefix: str, pod: str) -> int:
+    async with session.post(url, json=deleterange_body(prefix, pod)) as response:
+        text = await response.text()
+        if response.status != 200:
+            raise RuntimeError(f"etcd answered HTTP {response.status}: {text[:200]}")
+    return int(json.loads(text).get("deleted", 0))
+
+
+async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: float = EVICT_TIMEOUT) -> int:
+    """Delete the member keys of ``pods`` at etcd ``address`` (host:port); returns how many were deleted.
+
+    Raises ``RuntimeError`` (with the reason) when etcd cannot be reached or refuses, or the timeout passed.
+    """
+    names = sorted(set(pods))
+    if not names:
+        return 0
+    host, _, port = address.rpartition(":")
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v3/kv/deleterange"
+    try:
+        async with asyncio.timeout(timeout), aiohttp.ClientSession() as session:
+            counts = await asyncio.gather(*(_delete_one(session, url, prefix, pod) for pod in names))
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        raise RuntimeError(f"etcd at {address}: {type(exc).__name__}: {exc}") from exc
+    return sum(counts)

@@ -1,0 +1,67 @@
+"""inProcess recovery: which deleted workers leave the live membership, and the etcd request for it."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from llm_operator.live_evict import deleterange_body, member_range
+from llm_operator.reconcile import plan
+from llm_operator.steps.live import evict_live_members
+from llm_operator.steps.state import Deletion
+
+from .test_steps import NODES, state
+from .views import NOW, node, pod
+
+LIVE = {"failurePolicy": {"recovery": "inProcess", "nodeFailureGraceSeconds": 0}}
+
+
+def test_failed_and_lost_workers_are_evicted_graceful_deletions_are_not() -> None:
+    s = state(**LIVE)
+    workers = [pod(i) for i in range(6)]
+    s.out.delete = [
+        Deletion(workers[0], True, "NodeNotReady"),
+        Deletion(workers[1], False, "PodFailed"),
+        Deletion(workers[2], False, "Stalled"),
+        Deletion(workers[3], False, "NodeTerminating"),  # SIGTERM: it leaves at a step boundary
+        Deletion(workers[4], False, "ScaledDown"),
+        Deletion(workers[5], False, "Suspended"),
+    ]
+    evict_live_members(s)
+    assert s.out.evict == ["llama-worker-0", "llama-worker-1", "llama-worker-2"]
+
+
+def test_restart_jobs_never_evict() -> None:
+    s = state()
+    s.out.delete = [Deletion(pod(0), True, "NodeNotReady")]
+    evict_live_members(s)
+    assert s.out.evict == []
+
+
+def test_a_not_ready_node_evicts_its_worker_in_the_same_pass_that_deletes_it() -> None:
+    nodes = {**NODES, "node-1": node("node-1", ready=False, not_ready_since=NOW - 1)}
+    pods = [pod(i) for i in range(4)]
+    job = state(**LIVE).job
+    decided = plan(job, pods, nodes, pods, NOW)
+    assert [d.pod.name for d in decided.delete] == ["llama-worker-1"]
+    assert decided.evict == ["llama-worker-1"]
+
+
+def test_member_range_covers_one_pod_only() -> None:
+    key, end = member_range("/llmjob/u/live/", "train-worker-1")
+    assert key == "/llmjob/u/live/members/train-worker-1."
+    assert key <= "/llmjob/u/live/members/train-worker-1.4242" < end
+    assert not key <= "/llmjob/u/live/members/train-worker-10.77" < end
+    body = deleterange_body("/p/", "w-0")
+    assert (
+        base64.b64decode(body["key"]) == b"/p/members/w-0."
+        and base64.b64decode(body["range_end"]) == b"/p/members/w-0/"
+    )
+
+
+@pytest.mark.parametrize(
+    ("prefix", "pod_name"), [("p/", "w"), ("/p", "w"), ("/p/", ""), ("/p/", "a/b"), ("/p/", "a.b")]
+)
+def test_member_range_rejects_bad_input(prefix: str, pod_name: str) -> None:
+    with pytest.raises(ValueError):
+        member_range(prefix, pod_name)
