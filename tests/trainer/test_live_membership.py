@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 
 import pytest
+from llm_operator.live_evict import evict_pods
 from llm_trainer.live import layout
 from llm_trainer.live.layout import Generation
 from llm_trainer.live.membership import (
@@ -119,10 +121,6 @@ def test_the_operators_eviction_removes_one_pods_members_through_the_json_gatewa
     etcd: LocalEtcd, client: EtcdClient
 ) -> None:
     """What the operator runs when it gives up on a worker (llm_operator.live_evict), on a real etcd."""
-    import asyncio
-
-    from llm_operator.live_evict import evict_pods
-
     prefix = "/op-evict/"
     members = [Membership(client, prefix, m, ttl=30) for m in ("w-1.100", "w-1.101", "w-10.100", "w-2.100")]
     for member in members:
