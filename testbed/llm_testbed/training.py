@@ -20,6 +20,8 @@ import yaml
 from llm_testbed.localcluster import paths
 
 EXAMPLE = "deploy/examples/smoke-cpu.yaml"
+LIVE_EXAMPLE = "deploy/examples/smoke-cpu-inprocess.yaml"
+"""The same job recovering in process (failurePolicy.recovery inProcess, the live driver)."""
 CLAIM = "smoke-shared"
 DATA_SUBDIR = "data/smoke"
 CHECKPOINT_SUBDIR = "checkpoints/smoke"
@@ -82,9 +84,9 @@ def prepare_data(volume: Path) -> Path:
     return out
 
 
-def example_job() -> dict[str, Any]:
-    """The shipped CPU smoke example, as a user applies it."""
-    text = (paths.repo_root() / EXAMPLE).read_text()
+def example_job(example: str = EXAMPLE) -> dict[str, Any]:
+    """A shipped CPU smoke example, as a user applies it."""
+    text = (paths.repo_root() / example).read_text()
     job: dict[str, Any] = yaml.safe_load(text)
     return job
 
@@ -99,9 +101,13 @@ def training_job(
     backend: str = "etcd-v3",
     checkpoint_every: int = 10,
     failure_policy: dict[str, Any] | None = None,
+    recovery: str = "restart",
 ) -> dict[str, Any]:
-    """The smoke example on the fake p5 nodes: one worker per node, ``steps`` steps, the given backend."""
-    job = copy.deepcopy(example_job())
+    """The smoke example on the fake p5 nodes: one worker per node, ``steps`` steps, the given backend.
+
+    ``recovery="inProcess"`` starts from the in-process example (the live driver) instead; its metrics go
+    to the same place (:func:`metrics_path`)."""
+    job = copy.deepcopy(example_job(LIVE_EXAMPLE if recovery == "inProcess" else EXAMPLE))
     job["metadata"] = {"name": name, "namespace": namespace}
     spec = job["spec"]
     args: list[str] = spec["args"]
@@ -118,7 +124,9 @@ def training_job(
         scheduling={"instanceTypes": ["p5.48xlarge"]},
         env=[{"name": "OMP_NUM_THREADS", "value": "1"}],
     )
-    policy = {"nodeFailureGraceSeconds": 0, "pendingTimeoutSeconds": 10, "resizeCooldownSeconds": 5}
+    spec["checkpointDir"] = f"/shared/{CHECKPOINT_SUBDIR}"
+    policy: dict[str, Any] = {"nodeFailureGraceSeconds": 0, "pendingTimeoutSeconds": 10}
+    policy |= {"resizeCooldownSeconds": 5, "recovery": recovery}
     spec["failurePolicy"] = {**policy, **(failure_policy or {})}
     return job
 

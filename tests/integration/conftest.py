@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +17,9 @@ from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
+from llm_testbed.localcluster.cluster import LocalCluster
+
+from .e2e_support import Training
 
 
 @pytest.fixture
@@ -154,3 +158,20 @@ def peered_operator(
     yield make
     for proc in made:
         proc.stop()
+
+
+@pytest.fixture
+def train(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[Training]:
+    """A namespace with a shared volume of prepared data and the operator started as the README does."""
+    operator = PeeredOperatorProcess(process_namespace, tmp_path, ["--namespace", process_namespace], [], {})
+    world = Training(process_cluster, process_namespace, operator)
+    world.setup_volume()
+    operator.start()
+    try:
+        yield world
+    finally:
+        process_cluster.kubectl("delete", "llmtrainingjob", "--all", "-n", process_namespace,
+                                "--wait=true", "--timeout=60s", check=False)  # fmt: skip
+        operator.stop()
+        process_cluster.kubectl("delete", "pv", world.pv, "--wait=false", check=False)
+        shutil.rmtree(world.volume, ignore_errors=True)

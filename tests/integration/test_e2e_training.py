@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import shutil
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 import yaml
-from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
@@ -26,98 +25,9 @@ from llm_trainer.accounting import Audit, audit
 from support.wait import wait_for
 
 from .conftest import PeeredOperatorProcess
+from .e2e_support import EVERY, JOB, MAX_REPLAY, SMOKE_STEPS, Training
 
 pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)]
-
-JOB = "train"
-STEP_TIMEOUT = 240.0  # first steps include process start, torch import and rendezvous on a loaded 2-core box
-EVERY = 10  # checkpoint interval of the test jobs
-# A loss while checkpoint N is still persisting (async) resumes from N - EVERY; the next save waits for that
-# persist (at most one in flight), so the newest complete checkpoint is never two intervals behind.
-MAX_REPLAY = 2 * EVERY - 1
-SMOKE_STEPS = 60
-
-
-class Training:
-    """One job's world: the cluster, the namespace, its shared volume, its operator."""
-
-    def __init__(self, cluster: LocalCluster, namespace: str, operator: PeeredOperatorProcess) -> None:
-        self.cluster, self.ns, self.operator = cluster, namespace, operator
-        self.pv = f"pv-{namespace}"
-        self.volume = cluster.volume_dir(self.pv)
-
-    def setup_volume(self) -> None:
-        training.prepare_data(self.volume)
-        self.cluster.kube.apply(training.shared_volume(self.pv, self.ns))
-
-    def apply(self, job: dict[str, Any]) -> None:
-        self.cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=yaml.safe_dump(job))
-
-    def status(self) -> dict[str, Any]:
-        obj = self.cluster.kube.get("llmtrainingjob", JOB, self.ns) or {}
-        s: dict[str, Any] = obj.get("status") or {}
-        return s
-
-    def workers(self) -> list[dict[str, Any]]:
-        return self.cluster.kube.items(
-            "pods", "--selector", f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=self.ns
-        )
-
-    def records(self) -> list[dict[str, Any]]:
-        return training.records(self.volume)
-
-    def wait_steps(self, what: str, *, world: int, count: int, after: float = 0.0) -> list[dict[str, Any]]:
-        """Wait until ``count`` steps at world size ``world`` completed after wall time ``after``."""
-
-        def done() -> list[dict[str, Any]] | None:
-            hits = [r for r in self.records() if r["world_size"] == world and r["time"] > after]
-            return hits if len(hits) >= count else None
-
-        try:
-            found: list[dict[str, Any]] = wait_for(done, STEP_TIMEOUT, what, interval=0.5)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{self.diagnostics()}") from None
-        return found
-
-    def audit(self) -> Audit:
-        result = audit(self.records(), training.sample_order(self.volume))
-        assert result.ok, f"{result.problems}\n{self.diagnostics()}"
-        return result
-
-    def diagnostics(self) -> str:
-        tail = [f"{r['step']}@{r['world_size']}/r{r['restart']}" for r in self.records()[-12:]]
-        logs = []
-        for pod in self.workers():
-            name = pod["metadata"]["name"]
-            path = self.cluster.pod_log(self.ns, name)
-            if path.is_file():
-                logs.append(f"--- {name} ---\n{path.read_text(errors='replace')[-2500:]}")
-        return (
-            f"status: {self.status()}\nlast records: {tail}\n"
-            + "\n".join(logs)
-            + f"\n--- operator ---\n{self.operator.logs()[-3000:]}"
-        )
-
-    def worker_on(self, index: int) -> dict[str, Any]:
-        pod = next(p for p in self.workers() if p["metadata"]["name"] == f"{JOB}-worker-{index}")
-        return pod
-
-
-@pytest.fixture
-def train(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[Training]:
-    """A namespace with a shared volume of prepared data and the operator started as the README does."""
-    operator = PeeredOperatorProcess(process_namespace, tmp_path, ["--namespace", process_namespace], [], {})
-    world = Training(process_cluster, process_namespace, operator)
-    world.setup_volume()
-    operator.start()
-    try:
-        yield world
-    finally:
-        process_cluster.kubectl("delete", "llmtrainingjob", "--all", "-n", process_namespace,
-                                "--wait=true", "--timeout=60s", check=False)  # fmt: skip
-        operator.stop()
-        process_cluster.kubectl("delete", "pv", world.pv, "--wait=false", check=False)
-        shutil.rmtree(world.volume, ignore_errors=True)
 
 
 def _lost_node_story(t: Training, lose: Callable[[str], None], restore: Callable[[str], None]) -> Audit:

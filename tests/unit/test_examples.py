@@ -12,6 +12,7 @@ the largest world size the job can reach.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,10 +24,12 @@ from llm_operator.builders.worker import worker_pod
 from llm_trainer.cli import parse_train_args
 from llm_trainer.config import TrainConfig, model_config
 from llm_trainer.data.prepare import main as prepare
+from llm_trainer.live.driver import parse_args as parse_live_args
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "deploy" / "examples"
 TRAINER_ENTRY = ["python", "-m", "llm_trainer"]
+LIVE_ENTRY = ["python", "-m", "llm_trainer.live"]
 # Manifests that create the claims the examples name (the FSx ones and the smoke job's volume).
 VOLUME_MANIFESTS = sorted((ROOT / "deploy" / "fsx").glob("*.yaml")) + sorted(EXAMPLES.glob("*/*.yaml"))
 
@@ -60,18 +63,26 @@ class Worker:
     argv: list[str]
     env: dict[str, str]
     shared_mounts: dict[str, str]
+    live: bool = False
+    """The live driver (failurePolicy.recovery inProcess), run directly instead of under torchrun."""
 
 
 def worker_of(manifest: dict[str, Any]) -> Worker:
     job = LLMTrainingJob.model_validate(copy.deepcopy(manifest))
     pod = worker_pod(job, 0, 0)
     (container,) = pod["spec"]["containers"]
-    assert container["command"] == ["torchrun", "--no-python"], container["command"]
-    program = container["args"]
-    assert program[: len(TRAINER_ENTRY)] == TRAINER_ENTRY, f"not the trainer: {program}"
-    argv = program[len(TRAINER_ENTRY) :]
-    if argv[:1] == ["train"]:
-        argv = argv[1:]
+    live = job.spec.failurePolicy.recovery == "inProcess"
+    if live:
+        program = [*container["command"], *container["args"]]
+        assert program[: len(LIVE_ENTRY)] == LIVE_ENTRY, f"not the live driver: {program}"
+        argv = program[len(LIVE_ENTRY) :]
+    else:
+        assert container["command"] == ["torchrun", "--no-python"], container["command"]
+        program = container["args"]
+        assert program[: len(TRAINER_ENTRY)] == TRAINER_ENTRY, f"not the trainer: {program}"
+        argv = program[len(TRAINER_ENTRY) :]
+        if argv[:1] == ["train"]:
+            argv = argv[1:]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     claims = {
         v["name"]: v["persistentVolumeClaim"]["claimName"]
@@ -79,7 +90,7 @@ def worker_of(manifest: dict[str, Any]) -> Worker:
         if "persistentVolumeClaim" in v
     }
     shared = {m["mountPath"]: claims[m["name"]] for m in container["volumeMounts"] if m["name"] in claims}
-    return Worker(argv, env, shared)
+    return Worker(argv, env, shared, live)
 
 
 def mount_of(path: str, mounts: dict[str, str]) -> str | None:
@@ -107,6 +118,9 @@ def parse_in_pod(
         monkeypatch.setenv(name, on_host(value, worker.shared_mounts, root))
     argv = [on_host(arg, worker.shared_mounts, root) for arg in worker.argv]
     try:
+        if worker.live:
+            config, opts = parse_live_args(argv)
+            return dataclasses.replace(config, checkpoint_dir=str(opts.checkpoint_dir or ""))
         return parse_train_args(argv)
     except SystemExit as exit_:
         pytest.fail(f"the trainer rejects the example (exit {exit_.code}): {capsys.readouterr().err.strip()}")
