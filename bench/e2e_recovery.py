@@ -9,7 +9,11 @@ the node back, and waits for the first step at world size 2 again. Printed per r
 - replacement → full size: replacement pod created → first step at world size 2;
 - steps replayed per loss (from the trainer's own step log, ``llm_trainer.accounting``).
 
-    python bench/e2e_recovery.py --rounds 10 [--backend etcd-v3|c10d] [--keep]
+Both recovery modes run one after the other in one invocation, on the same cluster (side by side):
+``restart`` (torchrun, checkpoints) and ``inProcess`` (the live driver: survivors keep their processes,
+the operator evicts the lost worker's members, the replacement takes the state from the survivor).
+
+    python bench/e2e_recovery.py --rounds 10 [--recovery restart,inProcess] [--backend etcd-v3|c10d] [--keep]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +58,103 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+@dataclass
+class Figures:
+    """One recovery mode's measurements."""
+
+    mode: str
+    lost_s: list[float] = field(default_factory=list)
+    join_s: list[float] = field(default_factory=list)
+    replayed: list[int] = field(default_factory=list)
+    summary: str = ""
+    ok: bool = False
+
+
+def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Figures:
+    """A fresh job in ``mode`` (restart or inProcess); ``rounds`` node losses and grow-backs."""
+    kube, volume = cluster.kube, cluster.volume_dir(PV)
+    cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--ignore-not-found", "--wait=true")
+    subprocess.run(["rm", "-rf", str(volume / training.CHECKPOINT_SUBDIR)], check=True)
+    job = training.training_job(
+        JOB,
+        NS,
+        minimum=1,
+        maximum=2,
+        steps=10**6,
+        backend=backend,
+        failure_policy={"maxRestarts": 1000},  # each round is ~3 restarts: loss, shrink, grow-back
+        recovery=mode,
+    )
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
+    out = Figures(mode)
+
+    def steps_after(world: int, after: float, count: int = 1) -> dict[str, Any] | None:
+        hits = [r for r in training.records(volume) if r["world_size"] == world and r["time"] > after]
+        return hits[0] if len(hits) >= count else None
+
+    wait("12 steps at world size 2", lambda: steps_after(2, 0.0, 12))
+    print(f"\n{mode}\n{'round':>5}  {'lost -> resumed':>15}  {'replacement -> full size':>24}", flush=True)
+    for rnd in range(1, rounds + 1):
+        pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
+        victim = next(p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-1")
+        node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
+        t_lost = time.time()
+        chaos.node_not_ready(node, kube=kube, wait=False)
+        first = wait("the survivor's first step", lambda t=t_lost: steps_after(1, t))
+        out.lost_s.append(first["time"] - t_lost)
+        chaos.node_ready(node, kube=kube)
+
+        def replacement(uid: str = old_uid) -> dict[str, Any] | None:
+            found = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
+            return next(
+                (
+                    p
+                    for p in found
+                    if p["metadata"]["name"] == f"{JOB}-worker-1" and p["metadata"]["uid"] != uid
+                ),
+                None,
+            )
+
+        pod = wait("the replacement pod", replacement)
+        created = _epoch(pod["metadata"]["creationTimestamp"])
+        full = wait("the first step at world size 2", lambda c=created: steps_after(2, c))
+        out.join_s.append(full["time"] - created)
+        print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {out.join_s[-1]:23.1f}s", flush=True)
+        wait("3 steps at full size", lambda t=full["time"]: steps_after(2, t - 0.001, 3))
+
+    result = audit(training.records(volume), training.sample_order(volume))
+    out.replayed = [i.replayed for i in result.interruptions if i.world_after < i.world_before]
+    out.summary, out.ok = result.summary(), result.ok
+    cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
+    return out
+
+
+def _row(label: str, values: list[float]) -> str:
+    return f"| {label} | {len(values)} | {statistics.median(values):.1f} s | {pct(values, 0.99):.1f} s |"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--backend", default="etcd-v3", choices=["etcd-v3", "c10d"])
+    parser.add_argument(
+        "--recovery",
+        default="restart,inProcess",
+        help="comma-separated modes, run one after the other on the same cluster (default: both)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the cluster")
     args = parser.parse_args()
+    modes = [m for m in args.recovery.split(",") if m]
+    if not modes or any(m not in ("restart", "inProcess") for m in modes):
+        parser.error(f"--recovery: modes are restart and inProcess, got {args.recovery!r}")
+    if "inProcess" in modes and args.backend != "etcd-v3":
+        parser.error("--recovery inProcess needs --backend etcd-v3")
 
     cluster = LocalCluster("llmjob-bench-e2e")
     cluster.up(gpu_nodes=2, cpu_nodes=1, run_pods=True)
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    kube = cluster.kube
     volume = cluster.volume_dir(PV)
     operator = start_operator(cluster.logs_dir / "bench-operator.log")
     try:
@@ -75,75 +164,22 @@ def main() -> int:
         cluster.kubectl("delete", "pv", PV, "--ignore-not-found", "--wait=true")
         subprocess.run(["rm", "-rf", str(volume)], check=True)
         training.prepare_data(volume)
-        kube.apply(training.shared_volume(PV, NS))
-        job = training.training_job(
-            JOB,
-            NS,
-            minimum=1,
-            maximum=2,
-            steps=10**6,
-            backend=args.backend,
-            failure_policy={"maxRestarts": 1000},  # each round is ~3 restarts: loss, shrink, grow-back
-        )
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
-
-        def steps_after(world: int, after: float, count: int = 1) -> dict[str, Any] | None:
-            hits = [r for r in training.records(volume) if r["world_size"] == world and r["time"] > after]
-            return hits[0] if len(hits) >= count else None
-
-        wait("12 steps at world size 2", lambda: steps_after(2, 0.0, 12))
-        lost_s: list[float] = []
-        join_s: list[float] = []
-        print(f"{'round':>5}  {'lost -> resumed':>15}  {'replacement -> full size':>24}", flush=True)
-        for rnd in range(1, args.rounds + 1):
-            pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
-            victim = next(p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-1")
-            node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
-            t_lost = time.time()
-            chaos.node_not_ready(node, kube=kube, wait=False)
-            first = wait("the survivor's first step", lambda t=t_lost: steps_after(1, t))
-            lost_s.append(first["time"] - t_lost)
-            chaos.node_ready(node, kube=kube)
-
-            def replacement(uid: str = old_uid) -> dict[str, Any] | None:
-                found = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
-                return next(
-                    (
-                        p
-                        for p in found
-                        if p["metadata"]["name"] == f"{JOB}-worker-1" and p["metadata"]["uid"] != uid
-                    ),
-                    None,
-                )
-
-            pod = wait("the replacement pod", replacement)
-            created = _epoch(pod["metadata"]["creationTimestamp"])
-            full = wait("the first step at world size 2", lambda c=created: steps_after(2, c))
-            join_s.append(full["time"] - created)
-            print(f"{rnd:5d}  {lost_s[-1]:14.1f}s  {join_s[-1]:23.1f}s", flush=True)
-            wait("3 steps at full size", lambda t=full["time"]: steps_after(2, t - 0.001, 3))
-
-        result = audit(training.records(volume), training.sample_order(volume))
-        replayed = [i.replayed for i in result.interruptions if i.world_after < i.world_before]
-        print(f"\nbackend {args.backend}, {args.rounds} losses, 2-vCPU machine")
-        print(
-            f"node lost -> first step after resume: p50 {statistics.median(lost_s):.1f}s"
-            f" p99 {pct(lost_s, 0.99):.1f}s"
-        )
-        print(
-            f"replacement created -> first step at full size: p50 {statistics.median(join_s):.1f}s"
-            f" p99 {pct(join_s, 0.99):.1f}s"
-        )
-        print(
-            f"steps replayed per loss: mean {statistics.mean(replayed or [0]):.1f},"
-            f" max {max(replayed or [0])}"
-        )
-        print("sample accounting: " + result.summary())
-        return 0 if result.ok else 1
+        cluster.kube.apply(training.shared_volume(PV, NS))
+        figures = [run_mode(cluster, mode, args.rounds, args.backend) for mode in modes]
+        print(f"\nbackend {args.backend}, {args.rounds} losses per mode, {os.cpu_count()} CPUs, one run")
+        print("| event | n | p50 | p99 (max) |\n|---|---|---|---|")
+        for f in figures:
+            print(_row(f"{f.mode}: node lost -> first step after resume", f.lost_s))
+            print(_row(f"{f.mode}: replacement created -> first step at full size", f.join_s))
+        for f in figures:
+            print(
+                f"{f.mode}: steps replayed per loss mean {statistics.mean(f.replayed or [0]):.1f},"
+                f" max {max(f.replayed or [0])}; sample accounting: {f.summary}"
+            )
+        return 0 if all(f.ok for f in figures) else 1
     finally:
         stop_operator(operator)
         if not args.keep:
-            cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
             cluster.down()
 
 

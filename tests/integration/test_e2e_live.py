@@ -66,10 +66,12 @@ def test_lost_node_survivor_keeps_its_process_and_the_replacement_gets_state_fro
     back_at = time.time()
     both = train.wait_steps("the replacement to join at world size 2", world=2, count=3, after=back_at)
     assert survivor_pids < set(both[-1]["pids"]), "the survivor still trains, beside a new process"
+    (new_pid,) = set(both[-1]["pids"]) - survivor_pids
     replacement = next(p for p in train.workers() if p["metadata"]["name"] == f"{JOB}-worker-1")
     assert replacement["metadata"]["uid"] != victim["metadata"]["uid"]
+    # The pod's log holds every worker-1 so far: the replacement's lines are those of its process.
     formed = _events(train.cluster.pod_log(train.ns, f"{JOB}-worker-1").read_text(errors="replace"))
-    joined = [e for e in formed if e.get("event") == "formed" and e["world_size"] == 2]
+    joined = [e for e in formed if e.get("event") == "formed" and e["pid"] == new_pid]
     assert joined, train.diagnostics()
     assert joined[0]["step"] > 0 and isinstance(joined[0]["source"], int), joined[0]
     assert joined[0]["source"] != joined[0]["rank"], "the state came from the survivor, not a checkpoint"

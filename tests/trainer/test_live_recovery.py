@@ -8,6 +8,7 @@ metrics log must hold every step exactly once, each on the samples an uninterrup
 
 from __future__ import annotations
 
+import random
 import subprocess
 from pathlib import Path
 
@@ -173,3 +174,56 @@ def test_a_finished_run_ends_every_member_and_a_late_joiner(
     late = start_member(procs, member_argv(corpus, metrics, etcd.endpoint, prefix, "late", *common), "late")
     assert late.wait(STARTUP) == 0
     assert len(records(metrics)) == 6
+
+
+def test_ten_successive_losses_and_joins_never_wedge(
+    etcd: LocalEtcd, corpus: Path, tmp_path: Path, procs: Processes
+) -> None:
+    """Ten rounds of: a random member SIGKILLed and evicted, the survivors go on, a warm spare joins. The
+    next spare starts (imports torch) while the current round runs, as a replacement pod would."""
+    metrics = tmp_path / "metrics.jsonl"
+    prefix = "/live-ten/"
+    common = ("--steps", "100000", "--min-step-seconds", "0.05", "--min-members", "3")
+
+    def member(name: str, *extra: str) -> subprocess.Popen[bytes]:
+        argv = member_argv(corpus, metrics, etcd.endpoint, prefix, name, *common, *extra)
+        return start_member(procs, argv, name)
+
+    def spare(index: int) -> tuple[subprocess.Popen[bytes], Path]:
+        release = tmp_path / f"release-{index}"
+        return member(f"s{index}", "--start-when", str(release)), release
+
+    running = {n: member(n) for n in ("m0", "m1", "m2")}
+    waiting = spare(0)
+    wait_for(lambda: len(records(metrics)) >= 3, STARTUP, "three steps of three members")
+    rng = random.Random(11)
+    client = EtcdClient(parse_endpoints(etcd.endpoint))
+    try:
+        for rnd in range(10):
+            name = rng.choice(sorted(running))
+            victim = running.pop(name)
+            Processes.kill_group(victim)
+            evict(client, prefix, name)
+            left = {p.pid for p in running.values()}
+            wait_for(
+                lambda left=left: any(set(r["pids"] or []) == left for r in records(metrics)),
+                EVENT,
+                f"round {rnd}: steps of the two survivors",
+            )
+            proc, release = waiting
+            wait_for(lambda p=proc: '"waiting"' in procs.log_of(p), STARTUP, f"round {rnd}: spare ready")
+            release.touch()
+            running[f"s{rnd}"] = proc
+            waiting = spare(rnd + 1)
+            full = {p.pid for p in running.values()}
+            wait_for(
+                lambda full=full: any(set(r["pids"] or []) == full for r in records(metrics)),
+                EVENT,
+                f"round {rnd}: the spare trains at world size 3",
+            )
+    finally:
+        client.close()
+    assert all(p.poll() is None for p in running.values())
+    log = records(metrics)
+    check_exact_sequence(log, corpus)
+    assert len({r["generation"] for r in log if r.get("generation")}) >= 21, "two re-forms per round"
