@@ -368,18 +368,31 @@ class LiveTrainer:
         info = choice[0]
         if info is None:
             return None
+        data = info.meta.get("data") or {}
+        if data.get("fingerprint") != self.shards.fingerprint or int(data.get("seed", -1)) != self.cfg.seed:
+            raise StateLost(
+                f"checkpoint {info.path} was saved for other data or another --seed ({data}); "
+                "point --checkpoint-dir elsewhere or match --data/--seq-len/--seed"
+            )
         meta = self.checkpointer.load(info, self.model, self.optimizer)
         self.saved_step = info.step
         restarts = int(meta.get("restarts", 0)) + 1
         log.info("every member was new: resumed from checkpoint step-%d", info.step)
-        return Progress(info.step, int(meta["position"]), float(meta["last_loss"]), False, restarts)
+        loss = float(meta.get("last_loss", math.nan))
+        return Progress(info.step, int(data["position"]), loss, False, restarts)
 
     def _save(self) -> None:
         """Collective checkpoint of the current step, unless it is saved already or checkpoints are off."""
         if self.checkpointer is None or self.saved_step == self.progress.step or self.progress.step == 0:
             return
-        meta = {
+        data = {
             "position": self.progress.position,
+            "seed": self.cfg.seed,
+            "fingerprint": self.shards.fingerprint,
+        }
+        meta = {
+            "data": data,  # the same data-position record as train.py's checkpoints
+            "samples_seen": self.progress.position,
             "last_loss": self.progress.last_loss,
             "restarts": self.progress.restarts,
             "world_size": dist.get_world_size(),
