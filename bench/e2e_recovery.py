@@ -95,8 +95,12 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
     wait("12 steps at world size 2", lambda: steps_after(2, 0.0, 12))
     print(f"\n{mode}\n{'round':>5}  {'lost -> resumed':>15}  {'replacement -> full size':>24}", flush=True)
     for rnd in range(1, rounds + 1):
-        pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
-        victim = next(p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-1")
+        def scheduled_victim() -> dict[str, Any] | None:
+            pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
+            found = [p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-1"]
+            return found[0] if found and found[0]["spec"].get("nodeName") else None
+
+        victim = wait("worker-1 on a node", scheduled_victim)
         node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
         t_lost = time.time()
         chaos.node_not_ready(node, kube=kube, wait=False)
@@ -117,7 +121,9 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
 
         pod = wait("the replacement pod", replacement)
         created = _epoch(pod["metadata"]["creationTimestamp"])
-        full = wait("the first step at world size 2", lambda c=created: steps_after(2, c))
+        # creationTimestamp has 1 s resolution: a step of the old world logged just after the loss can look
+        # newer than the replacement; the replacement cannot train before the survivor trained alone.
+        full = wait("the first step at world size 2", lambda c=max(created, first["time"]): steps_after(2, c))
         out.join_s.append(full["time"] - created)
         print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {out.join_s[-1]:23.1f}s", flush=True)
         wait("3 steps at full size", lambda t=full["time"]: steps_after(2, t - 0.001, 3))
