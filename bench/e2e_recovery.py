@@ -95,6 +95,7 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
     wait("12 steps at world size 2", lambda: steps_after(2, 0.0, 12))
     print(f"\n{mode}\n{'round':>5}  {'lost -> resumed':>15}  {'replacement -> full size':>24}", flush=True)
     for rnd in range(1, rounds + 1):
+
         def scheduled_victim() -> dict[str, Any] | None:
             pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
             found = [p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-1"]
@@ -123,7 +124,8 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         created = _epoch(pod["metadata"]["creationTimestamp"])
         # creationTimestamp has 1 s resolution: a step of the old world logged just after the loss can look
         # newer than the replacement; the replacement cannot train before the survivor trained alone.
-        full = wait("the first step at world size 2", lambda c=max(created, first["time"]): steps_after(2, c))
+        since = max(created, first["time"])
+        full = wait("the first step at world size 2", lambda c=since: steps_after(2, c))
         out.join_s.append(full["time"] - created)
         print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {out.join_s[-1]:23.1f}s", flush=True)
         wait("3 steps at full size", lambda t=full["time"]: steps_after(2, t - 0.001, 3))
