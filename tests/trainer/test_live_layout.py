@@ -59,3 +59,10 @@ def test_generation_round_trips_and_keys_are_per_generation() -> None:
 )
 def test_member_ids(member: str, ok: bool) -> None:
     assert layout.valid_member_id(member) is ok
+
+
+def test_only_complete_hosts_form_an_hsdp_generation() -> None:
+    live = ["h0.1", "h0.2", "h1.7", "h2.3", "h2.4", "h2.5", "h10.1", "h10.2"]
+    assert layout.complete_hosts(live, 2) == ["h0.1", "h0.2", "h10.1", "h10.2"]  # h1 short, h2 over
+    assert layout.complete_hosts(live, 1) == live, "without sharding every member counts"
+    assert layout.host_of("train-worker-1.4242") == "train-worker-1"

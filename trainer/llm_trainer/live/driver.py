@@ -24,6 +24,7 @@ member was removed from the job, ``EXIT_NO_GENERATION`` when no generation forme
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -51,7 +52,7 @@ from llm_trainer.data.loader import DistributedBatches, StepBatch
 from llm_trainer.data.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
 from llm_trainer.distributed import gradient_sync
-from llm_trainer.live import layout
+from llm_trainer.live import layout, sharded
 from llm_trainer.live.layout import Generation
 from llm_trainer.live.membership import Evicted, Membership, RunFinished
 from llm_trainer.live.sync import Progress, StateLost, synchronise
@@ -95,6 +96,10 @@ class LiveOptions:
     keep_checkpoints: int = 2
     metrics_port: int = 0
     """Prometheus port of local rank 0 (+ LOCAL_RANK for the others); 0: none."""
+    parallel: str = "ddp"
+    """ddp (every member holds the whole state) or hsdp (replicated across hosts, sharded within one)."""
+    shard_size: int = 1
+    """hsdp: processes per host that share one replica (member ids ``<host>.<n>``)."""
 
 
 def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
@@ -113,6 +118,18 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
     parser.add_argument("--keep-checkpoints", type=int, default=2)
     parser.add_argument(
         "--metrics-port", type=int, default=9400, help="Prometheus port (+ LOCAL_RANK); 0: no endpoint"
+    )
+    parser.add_argument(
+        "--parallel",
+        choices=["ddp", "hsdp"],
+        default="ddp",
+        help="ddp: whole state on every member; hsdp: replicated across hosts, sharded within a host",
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=int,
+        default=_int_env("LOCAL_WORLD_SIZE", 1),
+        help="hsdp: processes per host sharing a replica ($LOCAL_WORLD_SIZE)",
     )
     parser.add_argument("--etcd", default=os.environ.get(ETCD_ENV, ""), help=f"host:port (${ETCD_ENV})")
     parser.add_argument(
@@ -166,6 +183,8 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
             usage_error(prog, f"--{name.replace('_', '-')} must be at least 1")
     if not 0 <= args.metrics_port <= 65535:
         usage_error(prog, "--metrics-port must be a TCP port, or 0 for none")
+    if args.shard_size < 1:
+        usage_error(prog, "--shard-size must be at least 1")
     if args.checkpoint_every < 0:
         usage_error(prog, "--checkpoint-every must be 0 (off) or more")
     if args.checkpoint_every and not args.checkpoint_dir:
@@ -205,6 +224,8 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         metrics_port=args.metrics_port,
+        parallel=args.parallel,
+        shard_size=args.shard_size if args.parallel == "hsdp" else 1,
     )
     return cfg, opts
 
@@ -262,16 +283,49 @@ class LiveTrainer:
         self.checkpointer: Checkpointer | None = None
         self.saved_step = -1
         self.shards = TokenShards(Path(cfg.data), cfg.seq_len)
-        self.model = Transformer(model_config(cfg.model))
-        self.model.init_weights(cfg.seed)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
-        )
+        self.shape = model_config(cfg.model)
+        if opts.parallel == "hsdp":  # built and sharded per generation (llm_trainer.live.sharded)
+            with torch.device("meta"):
+                self.model: nn.Module = Transformer(self.shape)
+        else:
+            self.model = Transformer(self.shape)
+            self.model.init_weights(cfg.seed)
+        self.optimizer = self._optimizer_for(self.model)
+        self.kept: sharded.LocalState | None = None
+        """hsdp: this process's shards between generations (None before the first)."""
         self.progress = Progress(step=0, position=0, last_loss=math.nan, fresh=True)
         self.order = GlobalOrder(self.shards.num_samples, cfg.seed)
         self.process_started = time.time()
         port = opts.metrics_port + int(os.environ.get("LOCAL_RANK", "0")) if opts.metrics_port else 0
         self.exporter = Exporter(port, {"member": opts.member})
+
+    def _optimizer_for(self, model: nn.Module) -> torch.optim.Optimizer:
+        cfg = self.cfg
+        return torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
+        )
+
+    def _wrap(self, gen: Generation) -> tuple[nn.Module, dist.ProcessGroup | None]:
+        """The data-parallel module of this generation, and the replica group of an hsdp mesh."""
+        if self.opts.parallel != "hsdp":
+            return DistributedDataParallel(self.model, init_sync=False), None
+        mesh = sharded.hsdp_mesh(gen.world_size, self.opts.shard_size)
+        self.model, self.optimizer = sharded.build(
+            self.shape, mesh, self.cfg.seed, self._optimizer_for, self.kept
+        )
+        self.kept = None
+        return self.model, mesh.get_group("replicate")
+
+    def _park(self) -> None:
+        """hsdp, at the end of a generation: keep the local shards, drop the module that holds the
+        generation's groups so that their connections close (a peer blocked in a collective with this
+        process then fails at once instead of at the collective timeout)."""
+        if self.opts.parallel != "hsdp" or not sharded.is_sharded(self.model):
+            return
+        self.kept = sharded.detach(self.model, self.optimizer)
+        with torch.device("meta"):
+            self.model = Transformer(self.shape)
+        self.optimizer = self._optimizer_for(self.model)
 
     # -- one generation -------------------------------------------------------------------------------------
 
@@ -307,10 +361,18 @@ class LiveTrainer:
 
             if self.opts.checkpoint_dir is not None:
                 self.checkpointer = Checkpointer(self.opts.checkpoint_dir, self.opts.keep_checkpoints, rank)
+            ddp, replica_group = self._wrap(gen)
             self.progress, source = synchronise(
-                self.model, self.optimizer, self.progress, None, job_step, receiving, self._restore
+                self.model,
+                self.optimizer,
+                self.progress,
+                None,
+                job_step,
+                receiving,
+                self._restore,
+                replica_group,
+                self.opts.shard_size,
             )
-            ddp = DistributedDataParallel(self.model, init_sync=False)
             batches = DistributedBatches(
                 self.shards, self.cfg.seed, self.cfg.global_batch, self.cfg.micro_batch, rank, gen.world_size
             )
@@ -357,6 +419,7 @@ class LiveTrainer:
             self._save()
             raise
         finally:
+            self._park()
             dist.destroy_process_group()
 
     def _restore(self) -> Progress | None:
@@ -529,7 +592,7 @@ def run(cfg: TrainConfig, opts: LiveOptions) -> int:
 
 def _run(cfg: TrainConfig, opts: LiveOptions, stop: Stop) -> int:
     client = EtcdClient(parse_endpoints(opts.etcd))
-    membership = Membership(client, opts.prefix, opts.member, opts.lease_ttl)
+    membership = Membership(client, opts.prefix, opts.member, opts.lease_ttl, opts.shard_size)
     trainer = LiveTrainer(cfg, opts, membership, stop)
     if opts.start_when is not None:
         print(json.dumps({"event": "waiting", "time": time.time(), "pid": os.getpid()}), flush=True)
@@ -567,6 +630,9 @@ def _run(cfg: TrainConfig, opts: LiveOptions, stop: Stop) -> int:
                 # A peer vanished mid-step: the partial step is dropped (its gradients are zeroed next step).
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 log.warning("generation %d failed at step %d: %s", gen.number, trainer.progress.step, first)
+            # Free what still references the old generation's groups (the failed step's frames and autograd
+            # graph): their destructors close the connections peers may still be blocked on.
+            gc.collect()
             left = gen.number
     finally:
         membership.leave()

@@ -66,6 +66,23 @@ def valid_member_id(member: str) -> bool:
     return bool(member) and "/" not in member and member.isprintable() and member.isascii()
 
 
+def host_of(member: str) -> str:
+    """The host (pod) part of a member id ``<host>.<n>``."""
+    return member.rsplit(".", 1)[0]
+
+
+def complete_hosts(live: list[str], shard_size: int) -> list[str]:
+    """The members that may form a generation: with sharding inside a host (HSDP, ``shard_size`` > 1) only
+    hosts with exactly ``shard_size`` live members count (a host missing a process holds no full replica
+    and waits until its replacement registers); with ``shard_size`` 1 every live member counts."""
+    if shard_size <= 1:
+        return list(live)
+    hosts: dict[str, list[str]] = {}
+    for member in live:
+        hosts.setdefault(host_of(member), []).append(member)
+    return sorted(m for members in hosts.values() if len(members) == shard_size for m in members)
+
+
 @dataclass(frozen=True)
 class Generation:
     """One agreed membership: ranks are the positions in ``members`` (sorted ids)."""

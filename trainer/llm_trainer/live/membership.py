@@ -64,7 +64,7 @@ def read_generation(client: EtcdClient, prefix: str) -> tuple[Generation | None,
 class Membership:
     """One member's view: its lease-backed key, the generation it is in, and a change flag from watches."""
 
-    def __init__(self, client: EtcdClient, prefix: str, member: str, ttl: int) -> None:
+    def __init__(self, client: EtcdClient, prefix: str, member: str, ttl: int, shard_size: int = 1) -> None:
         if not prefix.endswith("/"):
             raise ValueError(f"live prefix must end with '/': {prefix!r}")
         if not layout.valid_member_id(member):
@@ -72,6 +72,8 @@ class Membership:
         self.client = client
         self.prefix = prefix
         self.member = member
+        self.shard_size = shard_size
+        """Processes per host that shard the state (HSDP); only complete hosts form generations."""
         self.lease = LeaseKeeper(client, ttl)
         self.changed = threading.Event()
         self._watches: list[int] = []
@@ -100,6 +102,7 @@ class Membership:
         live = live_members(self.client, self.prefix)
         if self.member not in live:
             raise Evicted(f"member {self.member} was removed from {self.prefix}")
+        live = layout.complete_hosts(live, self.shard_size)
         stored, _ = read_generation(self.client, self.prefix)
         return tuple(live) != generation.members or (stored is not None and stored != generation)
 
@@ -118,6 +121,11 @@ class Membership:
             live = live_members(self.client, self.prefix)
             if self.member not in live:
                 raise Evicted(f"member {self.member} was removed from {self.prefix}")
+            live = layout.complete_hosts(live, self.shard_size)
+            if self.member not in live:  # HSDP: this host misses a process; wait for it
+                self.changed.wait(0.25)
+                self.changed.clear()
+                continue
             stored, revision = read_generation(self.client, self.prefix)
             action = layout.decide(stored, live, self.member, left, min_members)
             if action is Action.WAIT:

@@ -15,6 +15,7 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 
 @dataclass
@@ -41,14 +42,21 @@ def ensure_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
                 state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
 
 
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor: the local shard of a DTensor (FSDP2), else the tensor's data."""
+    if isinstance(tensor, DTensor):
+        return tensor.to_local()
+    return tensor.data
+
+
 def state_tensors(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """Every tensor of the training state, in the same order on every member."""
+    """Every local tensor of the training state, in the same order on every member (of a shard index)."""
     ensure_optimizer_state(optimizer)
-    tensors: list[torch.Tensor] = [p.data for p in module.parameters()]
+    tensors: list[torch.Tensor] = [local(p) for p in module.parameters()]
     for group in optimizer.param_groups:
         for param in group["params"]:
             state = optimizer.state[param]
-            tensors += [state["step"], state["exp_avg"], state["exp_avg_sq"]]
+            tensors += [local(state["step"]), local(state["exp_avg"]), local(state["exp_avg_sq"])]
     return tensors
 
 
@@ -68,6 +76,8 @@ def synchronise(
     job_step: int = 0,
     on_receive: Callable[[], None] | None = None,
     restore: Callable[[], Progress | None] | None = None,
+    replica_group: dist.ProcessGroup | None = None,
+    shard_size: int = 1,
 ) -> tuple[Progress, Source]:
     """Make every member hold the most advanced state; returns the agreed progress and its source.
 
@@ -77,6 +87,9 @@ def synchronise(
     and it is above 0, the state is gone with the old members and :class:`StateLost` is raised.
     ``on_receive`` is called on the receiving members before anything is overwritten, so that a member
     whose transfer breaks halfway marks itself new (a half-received state must never become a source).
+
+    With HSDP (``shard_size`` > 1, ranks of a host contiguous) the state of each shard index travels in
+    ``replica_group`` (the members with this process's shard index) from the source replica's member.
     """
     world = dist.get_world_size(group)
     mine = torch.tensor([progress.step, 1 if progress.fresh else 0], dtype=torch.int64)
@@ -94,14 +107,29 @@ def synchronise(
     if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
         return progress, None
     candidates = [r for r in range(world) if steps[r] == best and (not fresh[r] or all(fresh))]
+    if shard_size > 1:  # the source must be a host whose every shard holds that step
+        candidates = [
+            r
+            for r in candidates
+            if all(
+                steps[q] == best and not fresh[q]
+                for q in range(r - r % shard_size, r - r % shard_size + shard_size)
+            )
+            or all(fresh)
+        ]
+        if not candidates:
+            raise StateLost(f"no host holds every shard of step {best}")
     source = min(candidates)
-    if on_receive is not None and dist.get_rank(group) != source:
+    me = dist.get_rank(group)
+    # The member of the source's host with my shard index (itself with one process per host).
+    sender = source - source % shard_size + me % shard_size
+    if on_receive is not None and me != sender:
         on_receive()
     header = torch.tensor(
         [progress.step, progress.position, progress.last_loss, progress.restarts], dtype=torch.float64
     )
     dist.broadcast(header, src=source, group=group)
     for tensor in state_tensors(module, optimizer):
-        dist.broadcast(tensor, src=source, group=group)
+        dist.broadcast(tensor, src=sender, group=replica_group if shard_size > 1 else group)
     agreed = Progress(int(header[0]), int(header[1]), float(header[2]), fresh=False, restarts=int(header[3]))
     return agreed, source
