@@ -65,6 +65,8 @@ class Figures:
     mode: str
     lost_s: list[float] = field(default_factory=list)
     join_s: list[float] = field(default_factory=list)
+    start_s: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
     replayed: list[int] = field(default_factory=list)
     summary: str = ""
     ok: bool = False
@@ -93,7 +95,10 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         return hits[0] if len(hits) >= count else None
 
     wait("12 steps at world size 2", lambda: steps_after(2, 0.0, 12))
-    print(f"\n{mode}\n{'round':>5}  {'lost -> resumed':>15}  {'replacement -> full size':>24}", flush=True)
+    header = (
+        f"{'round':>5}  {'lost -> resumed':>15}  {'replacement -> full size':>24}  {'started -> full':>17}"
+    )
+    print(f"\n{mode}\n{header}", flush=True)
     for rnd in range(1, rounds + 1):
 
         def scheduled_victim() -> dict[str, Any] | None:
@@ -127,12 +132,17 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         since = max(created, first["time"])
         full = wait("the first step at world size 2", lambda c=since: steps_after(2, c))
         out.join_s.append(full["time"] - created)
-        print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {out.join_s[-1]:23.1f}s", flush=True)
+        started = _container_started(kube, pod["metadata"]["uid"])
+        out.start_s.append(full["time"] - started)
+        print(
+            f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {out.join_s[-1]:23.1f}s  {out.start_s[-1]:16.1f}s",
+            flush=True,
+        )
         wait("3 steps at full size", lambda t=full["time"]: steps_after(2, t - 0.001, 3))
 
     result = audit(training.records(volume), training.sample_order(volume))
     out.replayed = [i.replayed for i in result.interruptions if i.world_after < i.world_before]
-    out.summary, out.ok = result.summary(), result.ok
+    out.summary, out.ok, out.problems = result.summary(), result.ok, result.problems
     cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
     return out
 
@@ -179,16 +189,37 @@ def main() -> int:
         for f in figures:
             print(_row(f"{f.mode}: node lost -> first step after resume", f.lost_s))
             print(_row(f"{f.mode}: replacement created -> first step at full size", f.join_s))
+            print(_row(f"{f.mode}: replacement's container started -> first step at full size", f.start_s))
         for f in figures:
             print(
                 f"{f.mode}: steps replayed per loss mean {statistics.mean(f.replayed or [0]):.1f},"
                 f" max {max(f.replayed or [0])}; sample accounting: {f.summary}"
             )
+            for problem in f.problems:
+                print(f"  {f.mode}: {problem}")
         return 0 if all(f.ok for f in figures) else 1
     finally:
         stop_operator(operator)
         if not args.keep:
             cluster.down()
+
+
+def _container_started(kube: Any, uid: str) -> float:
+    """When the pod's container started running (1 s resolution), waiting for the status to show it."""
+
+    def started() -> float | None:
+        pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
+        for pod in pods:
+            if pod["metadata"]["uid"] != uid:
+                continue
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                stamp = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+                if stamp:
+                    return _epoch(stamp)
+        return None
+
+    value: float = wait("the replacement's container start time", started)
+    return value
 
 
 def _epoch(stamp: str) -> float:
