@@ -7,6 +7,7 @@ and uses the docstrings as its help text.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -230,3 +231,13 @@ class TrainConfig:
         if self.dist_timeout == 0:
             out.append(("dist_timeout", "must be positive"))
         return out
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``lr * min_lr_ratio`` at ``steps``."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 import zlib
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llm_trainer.checkpoint import Checkpointer, CheckpointInfo, latest_checkpoint
-from llm_trainer.config import TrainConfig, model_config
+from llm_trainer.config import TrainConfig, learning_rate, model_config
 from llm_trainer.data.loader import DistributedBatches, StepBatch
 from llm_trainer.data.shards import TokenShards
 from llm_trainer.distributed import DistEnv, build_model, choose_parallel, cpu_group, gradient_sync
@@ -34,16 +33,6 @@ from llm_trainer.snapshot.manager import Snapshotter
 log = logging.getLogger(__name__)
 
 EXIT_PEER_STOPPED = 75
-
-
-def learning_rate(cfg: TrainConfig, step: int) -> float:
-    """Linear warm-up to ``lr``, then cosine decay to ``lr * min_lr_ratio`` at ``steps``."""
-    if cfg.warmup_steps and step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class Trainer:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -45,14 +46,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from llm_trainer.checkpoint import Checkpointer, latest_checkpoint
 from llm_trainer.cli_errors import ExitOnErrorParser, usage_error
-from llm_trainer.config import TrainConfig, model_config
+from llm_trainer.config import TrainConfig, learning_rate, model_config
 from llm_trainer.data.loader import DistributedBatches, StepBatch
 from llm_trainer.data.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
 from llm_trainer.distributed import gradient_sync
-from llm_trainer.live import layout, sharded
+from llm_trainer.live import layout
 from llm_trainer.live.layout import Generation
 from llm_trainer.live.membership import Evicted, Membership, RunFinished
 from llm_trainer.live.sync import Progress, StateLost, synchronise
@@ -60,7 +60,10 @@ from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog, last_record
 from llm_trainer.model import Transformer
 from llm_trainer.rendezvous.etcd_client import EtcdClient, parse_endpoints
 from llm_trainer.rendezvous.etcd_store import EtcdV3Store
-from llm_trainer.train import learning_rate
+
+if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.3 s of start-up
+    from llm_trainer.checkpoint import Checkpointer
+    from llm_trainer.live import sharded
 
 log = logging.getLogger("llm_trainer.live")
 
@@ -309,6 +312,8 @@ class LiveTrainer:
         """The data-parallel module of this generation, and the replica group of an hsdp mesh."""
         if self.opts.parallel != "hsdp":
             return DistributedDataParallel(self.model, init_sync=False), None
+        from llm_trainer.live import sharded
+
         mesh = sharded.hsdp_mesh(gen.world_size, self.opts.shard_size)
         self.model, self.optimizer = sharded.build(
             self.shape, mesh, self.cfg.seed, self._optimizer_for, self.kept
@@ -320,7 +325,11 @@ class LiveTrainer:
         """hsdp, at the end of a generation: keep the local shards, drop the module that holds the
         generation's groups so that their connections close (a peer blocked in a collective with this
         process then fails at once instead of at the collective timeout)."""
-        if self.opts.parallel != "hsdp" or not sharded.is_sharded(self.model):
+        if self.opts.parallel != "hsdp":
+            return
+        from llm_trainer.live import sharded
+
+        if not sharded.is_sharded(self.model):
             return
         self.kept = sharded.detach(self.model, self.optimizer)
         with torch.device("meta"):
@@ -360,6 +369,8 @@ class LiveTrainer:
                 self.progress = replace(self.progress, fresh=True)
 
             if self.opts.checkpoint_dir is not None:
+                from llm_trainer.checkpoint import Checkpointer
+
                 self.checkpointer = Checkpointer(self.opts.checkpoint_dir, self.opts.keep_checkpoints, rank)
             ddp, replica_group = self._wrap(gen)
             self.progress, source = synchronise(
@@ -426,6 +437,8 @@ class LiveTrainer:
         """Collective, when every member is new: the newest complete checkpoint (rank 0 picks it for all)."""
         if self.checkpointer is None:
             return None
+        from llm_trainer.checkpoint import latest_checkpoint
+
         choice = [latest_checkpoint(self.checkpointer.root) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(choice, src=0)
         info = choice[0]

@@ -8,6 +8,7 @@ its step: that step is complete, so the others adopt it). Parameters, AdamW mome
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -15,7 +16,6 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 
 @dataclass
@@ -43,9 +43,14 @@ def ensure_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
-    """This process's part of a tensor: the local shard of a DTensor (FSDP2), else the tensor's data."""
-    if isinstance(tensor, DTensor):
-        return tensor.to_local()
+    """This process's part of a tensor: the local shard of a DTensor (FSDP2), else the tensor's data.
+
+    DTensor's module is not imported here (about a second of a joiner's start-up): no DTensor can exist
+    before something imported it."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    if dtensor is not None and isinstance(tensor, dtensor.DTensor):
+        result: torch.Tensor = tensor.to_local()
+        return result
     return tensor.data
 
 
