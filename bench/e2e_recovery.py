@@ -76,6 +76,8 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
     """A fresh job in ``mode`` (restart or inProcess); ``rounds`` node losses and grow-backs."""
     kube, volume = cluster.kube, cluster.volume_dir(PV)
     cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--ignore-not-found", "--wait=true")
+    # The previous mode's workers write a last record when they stop: wait for them before clearing.
+    wait("the previous job's pods to be gone", lambda: not kube.items("pods", namespace=NS) or None)
     subprocess.run(["rm", "-rf", str(volume / training.CHECKPOINT_SUBDIR)], check=True)
     job = training.training_job(
         JOB,
