@@ -314,7 +314,8 @@ class LiveTrainer:
             return DistributedDataParallel(self.model, init_sync=False), None
         from llm_trainer.live import sharded
 
-        mesh = sharded.hsdp_mesh(gen.world_size, self.opts.shard_size)
+        timeout = timedelta(seconds=self.opts.collective_timeout)
+        mesh = sharded.hsdp_mesh(gen.world_size, self.opts.shard_size, timeout)
         self.model, self.optimizer = sharded.build(
             self.shape, mesh, self.cfg.seed, self._optimizer_for, self.kept
         )

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 from torch import nn
+from torch._C._distributed_c10d import Backend, ProcessGroupGloo
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
@@ -26,12 +28,25 @@ from llm_trainer.model import Transformer
 OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
 
 
-def hsdp_mesh(world_size: int, shard_size: int) -> DeviceMesh:
-    """The generation's mesh: rows are hosts (replicas), columns the shard index within a host."""
+def hsdp_mesh(world_size: int, shard_size: int, timeout: timedelta) -> DeviceMesh:
+    """The generation's mesh: rows are hosts (replicas), columns the shard index within a host.
+
+    Its groups get ``timeout`` (the driver's collective timeout) instead of the 30-minute default of new
+    groups: a member blocked in a subgroup collective whose peer moved on then fails within it at worst
+    (normally at once, when the peer drops its groups, see :func:`detach`)."""
     if shard_size < 1 or world_size % shard_size:
         raise ValueError(f"world size {world_size} is not a whole number of hosts of {shard_size} processes")
+
+    def gloo() -> tuple[str, Backend.Options]:
+        options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # gloo options with a timeout
+        options._timeout = timeout
+        return ("gloo", options)
+
     return init_device_mesh(
-        "cpu", (world_size // shard_size, shard_size), mesh_dim_names=("replicate", "shard")
+        "cpu",
+        (world_size // shard_size, shard_size),
+        mesh_dim_names=("replicate", "shard"),
+        backend_override={"replicate": gloo(), "shard": gloo()},
     )
 
 
