@@ -28,9 +28,7 @@ def test_a_lost_host_leaves_a_full_replica_and_a_new_host_gets_its_shards_from_i
     prefix = "/live-hsdp/"
     release = tmp_path / "release-h2"
     common = ("--steps", "100000", "--min-step-seconds", "0.05", "--min-members", "4")
-    # A survivor caught inside a shard-group collective with a peer that moved on waits for this timeout
-    # (gloo ops cannot be interrupted; docs/decisions.md L5); normally the peer's groups close at once.
-    common += ("--parallel", "hsdp", "--shard-size", "2", "--collective-timeout", "15")
+    common += ("--parallel", "hsdp", "--shard-size", "2")
 
     def member(name: str, *extra: str) -> subprocess.Popen[bytes]:
         argv = member_argv(corpus, metrics, etcd.endpoint, prefix, name, *common, *extra)

@@ -103,6 +103,8 @@ class LiveOptions:
     """ddp (every member holds the whole state) or hsdp (replicated across hosts, sharded within one)."""
     shard_size: int = 1
     """hsdp: processes per host that share one replica (member ids ``<host>.<n>``)."""
+    subgroup_timeout: float = 5.0
+    """hsdp: timeout of the mesh's groups (a blocked gloo op cannot be interrupted; see decisions L5)."""
 
 
 def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
@@ -151,6 +153,12 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
     )
     parser.add_argument("--lease-ttl", type=int, default=3, help="seconds a silent member stays a member")
     parser.add_argument("--collective-timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--subgroup-timeout",
+        type=float,
+        default=5.0,
+        help="hsdp: seconds a mesh-group collective may wait (bounds a recovery; a spurious one only re-forms)",
+    )
     parser.add_argument("--form-timeout", type=float, default=120.0)
     parser.add_argument(
         "--start-when", default="", help="warm spare: join only once this file exists (imports done before)"
@@ -186,6 +194,8 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
             usage_error(prog, f"--{name.replace('_', '-')} must be at least 1")
     if not 0 <= args.metrics_port <= 65535:
         usage_error(prog, "--metrics-port must be a TCP port, or 0 for none")
+    if args.subgroup_timeout <= 0 or args.collective_timeout <= 0:
+        usage_error(prog, "--collective-timeout and --subgroup-timeout must be above 0")
     if args.shard_size < 1:
         usage_error(prog, "--shard-size must be at least 1")
     if args.checkpoint_every < 0:
@@ -221,6 +231,7 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
         min_members=args.min_members,
         lease_ttl=args.lease_ttl,
         collective_timeout=args.collective_timeout,
+        subgroup_timeout=args.subgroup_timeout,
         form_timeout=args.form_timeout,
         start_when=Path(args.start_when) if args.start_when else None,
         checkpoint_dir=checkpoint_dir,
@@ -314,7 +325,7 @@ class LiveTrainer:
             return DistributedDataParallel(self.model, init_sync=False), None
         from llm_trainer.live import sharded
 
-        timeout = timedelta(seconds=self.opts.collective_timeout)
+        timeout = timedelta(seconds=self.opts.subgroup_timeout)
         mesh = sharded.hsdp_mesh(gen.world_size, self.opts.shard_size, timeout)
         self.model, self.optimizer = sharded.build(
             self.shape, mesh, self.cfg.seed, self._optimizer_for, self.kept
