@@ -157,7 +157,7 @@ def parse_args(argv: list[str]) -> tuple[TrainConfig, LiveOptions]:
         "--subgroup-timeout",
         type=float,
         default=5.0,
-        help="hsdp: seconds a mesh-group collective may wait (bounds a recovery; a spurious one only re-forms)",
+        help="hsdp: seconds a mesh-group collective may wait (a spurious timeout only re-forms)",
     )
     parser.add_argument("--form-timeout", type=float, default=120.0)
     parser.add_argument(
