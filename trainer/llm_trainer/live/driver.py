@@ -13,9 +13,10 @@ trainer's format and ``COMPLETE`` marker). They are the restart path under the l
 of a generation is new (all holders of the state are gone at once, or the job's etcd was replaced), the
 members load the newest complete checkpoint instead of a peer's state.
 
-SIGTERM or SIGINT stops a member at the next step boundary: it leaves the membership and the others
-re-form without it; when every member stops together (the job is suspended or deleted) they first save a
-checkpoint of the last step.
+SIGTERM or SIGINT stops a member at the next step boundary: all members first save a checkpoint of that
+step (while all are still there), then it leaves the membership and the others re-form without it. A
+suspend's signals reach the members at slightly different times; whoever is stopped last finds the last
+step saved.
 
 Exit codes: 0 when the run finished or the member was stopped by a signal, ``EXIT_EVICTED`` when this
 member was removed from the job, ``EXIT_NO_GENERATION`` when no generation formed within
@@ -549,6 +550,11 @@ class LiveTrainer:
             step_log.append(self._record(batch, gen, pids, loss, time.monotonic() - started, resumed_from))
             self.membership.client.put(layout.step_key(self.opts.prefix), str(step + 1).encode())
         stopping_members = int(reduced[2].item())
+        if stopping_members:
+            # Save while every member is still here: signals reach members at slightly different times
+            # (a suspend), and a member that gets its own later while forming the next generation leaves
+            # at once; this checkpoint then holds the last step.
+            self._save()
         if stopping_members >= gen.world_size:
             raise AllStopped()
         if evicted is not None:
