@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from llm_trainer.checkpoint import Checkpointer, CheckpointInfo, latest_checkpoint
@@ -201,10 +200,7 @@ class Trainer:
             inputs = micro.inputs.to(self.env.device, non_blocking=True)
             targets = micro.targets.to(self.env.device, non_blocking=True)
             with gradient_sync(self.model, index == last), self._autocast():
-                logits = self.model(inputs)
-                token_loss = F.cross_entropy(
-                    logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
-                )
+                token_loss: torch.Tensor = self.model(inputs, targets, cfg.loss_chunk_tokens)
                 scaled: torch.Tensor = token_loss * (scale * micro.weight)
                 scaled.backward()  # type: ignore[no-untyped-call]
             loss_sum += token_loss.detach() * micro.weight
