@@ -169,7 +169,8 @@ class TrainConfig:
     precision: str = "auto"
     """bf16 (autocast on GPU), fp32, or auto (bf16 on GPU, fp32 on CPU)."""
     compile: bool = False
-    """Wrap each transformer block in torch.compile."""
+    """torch.compile the model: the whole DDP-wrapped model, loss included (FSDP2: each block); recommended
+    on GPU, costs a compile at every (re)start."""
     loss_chunk_tokens: int = 2048
     """Compute the output projection and cross-entropy this many tokens at a time, so the full
     [tokens, vocab] logits never exist (0: all at once, the plain path)."""
