@@ -1,5 +1,5 @@
-"""The real ``Trainer`` in this process (one gloo rank): the loss options change nothing it records, and
-``--compile`` trains the same steps."""
+"""The real ``Trainer`` in this process (one gloo rank): the loss options change nothing it records,
+``--compile`` trains the same steps, and a step reads device values back to the host once."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from llm_trainer import train as train_module
 from llm_trainer.config import TrainConfig
 from llm_trainer.distributed import DistEnv, init_distributed, unwrap
 from llm_trainer.signals import StopRequest
 from llm_trainer.train import Trainer
+from torch.utils._python_dispatch import TorchDispatchMode
 
 pytestmark = pytest.mark.trainer
 
@@ -110,3 +112,69 @@ def test_compiled_model_trains_the_same_steps(corpus: Path, tmp_path: Path, one_
     assert graphs >= 1, "nothing was compiled"
     _assert_same_training(compiled, eager, loss_rtol=1e-5, lr=TrainConfig.lr)
     print(f"compiled run: {elapsed:.1f}s")
+
+
+class ScalarReads(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts the operations that hand one tensor value to Python (``.item()``, ``float(t)``, ``bool(t)``):
+    each is a device-to-host sync on a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.reads = 0
+        self.paused = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten._local_scalar_dense.default and not self.paused:
+            self.reads += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_step_reads_its_values_back_in_one_transfer(
+    corpus: Path, tmp_path: Path, one_rank: DistEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _config(corpus, tmp_path, steps=3, global_batch=12, micro_batch=2)  # 6 micro-steps per step
+    trainer = Trainer(cfg, one_rank, StopRequest())
+    transfers: list[int] = []
+    real_host_values = train_module.host_values
+
+    def counted(reduced: torch.Tensor) -> list[float]:
+        transfers.append(reduced.numel())
+        return real_host_values(reduced)
+
+    monkeypatch.setattr(train_module, "host_values", counted)
+    reads = ScalarReads()
+    real_step = trainer.optimizer.step
+
+    def unwatched_step(*args: Any, **kwargs: Any) -> Any:
+        # CPU AdamW reads its step counter with .item(); CUDA's fused AdamW (what the trainer uses on a
+        # GPU) keeps it on the device. Not the trainer's own code: not counted.
+        reads.paused = True
+        try:
+            return real_step(*args, **kwargs)
+        finally:
+            reads.paused = False
+
+    monkeypatch.setattr(trainer.optimizer, "step", unwatched_step)
+    monkeypatch.setattr(trainer, "save", lambda: None)  # the final checkpoint is not part of a step
+    with reads:
+        assert trainer.train() == 0
+    assert reads.reads == 0
+    assert transfers == [3, 3, 3]  # loss, stop flag, snapshot busy: one transfer per step
+    records = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in records] == [1, 2, 3]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA's sync debug mode)")
+def test_a_gpu_step_never_waits_for_the_device(corpus: Path, tmp_path: Path, one_rank: DistEnv) -> None:
+    """On a GPU: after a warm-up step (DDP's and the allocators' first-use work), ``train_step`` queues
+    its work without a single synchronising call; CUDA raises on the first one."""
+    trainer = Trainer(_config(corpus, tmp_path, global_batch=8, micro_batch=2), one_rank, StopRequest())
+    trainer.train_step(trainer.batches.next_step())
+    batch = trainer.batches.next_step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        reduced = trainer.train_step(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert reduced.device.type == "cuda" and reduced.shape == (3,)
