@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from llm_trainer import train as train_module
 from llm_trainer.config import TrainConfig
-from llm_trainer.distributed import DistEnv, init_distributed, unwrap
+from llm_trainer.distributed import DistEnv, unwrap
 from llm_trainer.signals import StopRequest
 from llm_trainer.train import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -23,18 +21,6 @@ pytestmark = pytest.mark.trainer
 
 TIMING = {"time", "tokens_per_s", "step_time", "process_started"}
 """Fields of metrics.jsonl that depend on the clock."""
-
-
-@pytest.fixture
-def one_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistEnv]:
-    """A one-process gloo group (no torchrun variables), destroyed after the test."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LLMJOB_CHECKPOINT_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    env = init_distributed(60)
-    try:
-        yield env
-    finally:
-        dist.destroy_process_group()
 
 
 def _config(corpus: Path, folder: Path, **overrides: Any) -> TrainConfig:

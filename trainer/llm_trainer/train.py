@@ -29,6 +29,7 @@ from llm_trainer.distributed import DistEnv, build_model, choose_parallel, cpu_g
 from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog, process_start_time
 from llm_trainer.signals import StopRequest
 from llm_trainer.snapshot.manager import Snapshotter
+from llm_trainer.snapshot.space import check_snapshot_space, human
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,11 @@ class Trainer:
         self.checkpointer = Checkpointer(self.root, cfg.keep_checkpoints, env.rank, persist_group)
         self.snapshots: Snapshotter | None = None
         if cfg.snapshot_every:
+            # Fail now, in one line, rather than with SIGBUS when the first snapshot outgrows /dev/shm.
+            need = check_snapshot_space(
+                Path(cfg.snapshot_dir), self.model, self.optimizer, env.world_size, env.local_world_size
+            )
+            log.info("snapshots need %s per node in %s", human(need), cfg.snapshot_dir)
             self.snapshots = Snapshotter(
                 Path(cfg.snapshot_dir),
                 env.rank,
