@@ -61,27 +61,33 @@ def chunked_loss_and_grads(
     total = torch.zeros((), dtype=wide, device=h.device)
     grad_hidden = torch.empty_like(h) if want_hidden_grad else None
     grad_weight = torch.zeros(weight.shape, dtype=wide, device=weight.device) if want_weight_grad else None
+    want_grad = grad_hidden is not None or grad_weight is not None
     for start in range(0, tokens, chunk_tokens):
         stop = min(start + chunk_tokens, tokens)
         h_chunk = h[start:stop]
         t_chunk = targets[start:stop]
-        logits = (h_chunk @ w.t()).to(wide)  # the only [chunk, vocab] fp32 buffer (no copy when dtype is)
-        lse = torch.logsumexp(logits, dim=-1)
-        total += (lse - logits.gather(1, t_chunk.unsqueeze(1)).squeeze(1)).sum()
-        if grad_hidden is None and grad_weight is None:
-            continue
-        # d loss / d logits = softmax - one_hot(target), built in the logits' buffer.
-        probs = logits.sub_(lse.unsqueeze(1)).exp_()
-        rows = torch.arange(stop - start, device=probs.device)
-        probs[rows, t_chunk] -= 1.0
-        d_logits = probs.to(dtype)
-        if grad_hidden is not None:
-            torch.mm(d_logits, w, out=grad_hidden[start:stop])
-        if grad_weight is not None:
-            if dtype == wide:
-                grad_weight.addmm_(d_logits.t(), h_chunk)
-            else:
-                grad_weight += d_logits.t() @ h_chunk
+        # The chunk's only [chunk, vocab] fp32 buffer (no copy when dtype is fp32); everything below works
+        # in it in place (torch.logsumexp would allocate two more of its size).
+        logits = (h_chunk @ w.t()).to(wide)
+        target_logit = logits.gather(1, t_chunk.unsqueeze(1)).squeeze(1)
+        row_max = logits.amax(dim=1, keepdim=True)
+        exps = logits.sub_(row_max).exp_()
+        row_sum = exps.sum(dim=1, keepdim=True)
+        total += ((row_sum.log() + row_max).squeeze(1) - target_logit).sum()
+        if want_grad:
+            # d loss / d logits = softmax - one_hot(target).
+            probs = exps.div_(row_sum)
+            probs[torch.arange(stop - start, device=probs.device), t_chunk] -= 1.0
+            d_logits = probs.to(dtype)
+            if grad_hidden is not None:
+                torch.mm(d_logits, w, out=grad_hidden[start:stop])
+            if grad_weight is not None:
+                if dtype == wide:
+                    grad_weight.addmm_(d_logits.t(), h_chunk)
+                else:
+                    grad_weight += d_logits.t() @ h_chunk
+            del probs, d_logits
+        del logits, exps  # before the next chunk's matmul allocates its buffer
     return total, grad_hidden, grad_weight
 
 
