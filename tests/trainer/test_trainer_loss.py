@@ -97,6 +97,23 @@ def test_every_parameter_gradient_equals_the_plain_path(tie: bool, batch: int, s
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
+def test_the_branch_torch_compile_traces_gives_the_same_loss_and_gradients() -> None:
+    """Under torch.compile the chunk's softmax is written for Inductor (logsumexp); ``aot_eager`` traces it
+    as compile does, without code generation."""
+    hidden, weight, targets = _inputs(3, 17, 211, 12, torch.float32)
+    compiled = torch.compile(linear_cross_entropy, backend="aot_eager", fullgraph=True)
+    h = hidden.detach().clone().requires_grad_()
+    w = weight.detach().clone().requires_grad_()
+    loss = compiled(h, w, targets, 16)
+    (loss * 0.37).backward()  # type: ignore[no-untyped-call]
+    torch._dynamo.reset()
+    plain = _loss_and_grads(0, hidden, weight, targets)
+    assert h.grad is not None and w.grad is not None
+    torch.testing.assert_close(loss.detach(), plain[0], rtol=1e-6, atol=0)
+    for expected, got in zip(plain[1:], (h.grad, w.grad), strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())
+
+
 def test_bf16_autocast_follows_the_plain_path() -> None:
     hidden, weight, targets = _inputs(2, 40, 300, 24, torch.float32)
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -66,17 +66,26 @@ def chunked_loss_and_grads(
         stop = min(start + chunk_tokens, tokens)
         h_chunk = h[start:stop]
         t_chunk = targets[start:stop]
-        # The chunk's only [chunk, vocab] fp32 buffer (no copy when dtype is fp32); everything below works
-        # in it in place (torch.logsumexp would allocate two more of its size).
+        # The chunk's only [chunk, vocab] fp32 buffer (no copy when dtype is fp32).
         logits = (h_chunk @ w.t()).to(wide)
         target_logit = logits.gather(1, t_chunk.unsqueeze(1)).squeeze(1)
-        row_max = logits.amax(dim=1, keepdim=True)
-        exps = logits.sub_(row_max).exp_()
-        row_sum = exps.sum(dim=1, keepdim=True)
-        total += ((row_sum.log() + row_max).squeeze(1) - target_logit).sum()
+        if torch.compiler.is_compiling():
+            # Traced by torch.compile: Inductor fuses logsumexp and exp into a few kernels and plans the
+            # buffers itself (the in-place chain below makes it keep three chunk-sized buffers: measured).
+            lse = torch.logsumexp(logits, dim=1, keepdim=True)
+            probs = logits.sub_(lse).exp_()
+        else:
+            # Eager: max, exp, sum and division in the logits' own buffer (torch.logsumexp would allocate
+            # two more buffers of its size).
+            row_max = logits.amax(dim=1, keepdim=True)
+            probs = logits.sub_(row_max).exp_()
+            row_sum = probs.sum(dim=1, keepdim=True)
+            lse = row_sum.log() + row_max
+            if want_grad:
+                probs.div_(row_sum)
+        total += (lse.squeeze(1) - target_logit).sum()
         if want_grad:
-            # d loss / d logits = softmax - one_hot(target).
-            probs = exps.div_(row_sum)
+            # d loss / d logits = softmax - one_hot(target), in the same buffer.
             probs[torch.arange(stop - start, device=probs.device), t_chunk] -= 1.0
             d_logits = probs.to(dtype)
             if grad_hidden is not None:
@@ -86,8 +95,8 @@ def chunked_loss_and_grads(
                     grad_weight.addmm_(d_logits.t(), h_chunk)
                 else:
                     grad_weight += d_logits.t() @ h_chunk
-            del probs, d_logits
-        del logits, exps  # before the next chunk's matmul allocates its buffer
+            del d_logits
+        del logits, probs  # before the next chunk's matmul allocates its buffer
     return total, grad_hidden, grad_weight
 
 
