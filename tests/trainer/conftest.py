@@ -1,14 +1,18 @@
-"""Fixtures of the trainer tests: a real etcd, a small prepared corpus, and a process registry that kills
-every process a test started."""
+"""Fixtures of the trainer tests: a real etcd, a small prepared corpus, a process registry that kills
+every process a test started, and a one-rank process group for in-process trainers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from llm_trainer.testing.local_etcd import LocalEtcd, etcd_binary
 from trainer_support import Processes, write_corpus
+
+if TYPE_CHECKING:
+    from llm_trainer.distributed import DistEnv
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +31,21 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_corpus(root / "text")
     assert prepare([str(root / "text"), "--output", str(root / "shards"), "--shard-tokens", "20000"]) == 0
     return root / "shards"
+
+
+@pytest.fixture
+def one_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistEnv]:
+    """A one-process gloo group (no torchrun variables), destroyed after the test."""
+    import torch.distributed as dist
+    from llm_trainer.distributed import init_distributed
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LLMJOB_CHECKPOINT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    env = init_distributed(60)
+    try:
+        yield env
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.fixture

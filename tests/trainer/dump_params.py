@@ -23,7 +23,7 @@ def main(step_path: str, model_name: str, parallel: str, out: str) -> int:
     path = Path(step_path)
     meta = read_marker(path)
     assert meta is not None, f"{path} is not a complete checkpoint"
-    model = build_model(model_config(model_name), env, parallel, bf16=False, seed=999, compile_blocks=False)
+    model = build_model(model_config(model_name), env, parallel, bf16=False, seed=999, compile_model=False)
     Checkpointer(path.parent, keep=1, rank=env.rank).load(
         CheckpointInfo(int(meta["step"]), path, meta), model, None
     )

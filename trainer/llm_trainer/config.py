@@ -170,7 +170,11 @@ class TrainConfig:
     precision: str = "auto"
     """bf16 (autocast on GPU), fp32, or auto (bf16 on GPU, fp32 on CPU)."""
     compile: bool = False
-    """Wrap each transformer block in torch.compile."""
+    """torch.compile the model: the whole DDP-wrapped model, loss included (FSDP2: each block); recommended
+    on GPU, costs a compile at every (re)start."""
+    loss_chunk_tokens: int = 2048
+    """Compute the output projection and cross-entropy this many tokens at a time, so the full
+    [tokens, vocab] logits never exist (0: all at once, the plain path)."""
     metrics_port: int = 9400
     """Prometheus port base (this rank listens on port + LOCAL_RANK); 0 disables."""
     dist_timeout: float = 300.0
@@ -210,7 +214,14 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 out.append((name, "must be at least 1"))
-        for name in ("checkpoint_every", "warmup_steps", "metrics_port", "snapshot_every"):
+        not_negative = (
+            "checkpoint_every",
+            "warmup_steps",
+            "metrics_port",
+            "snapshot_every",
+            "loss_chunk_tokens",
+        )
+        for name in not_negative:
             if getattr(self, name) < 0:
                 out.append((name, "must not be negative"))
         if shape is not None and self.seq_len > shape.max_seq_len:

@@ -78,9 +78,15 @@ def choose_parallel(mode: str, cfg: ModelConfig, world_size: int) -> str:
 
 
 def build_model(
-    cfg: ModelConfig, env: DistEnv, parallel: str, bf16: bool, seed: int, compile_blocks: bool
+    cfg: ModelConfig, env: DistEnv, parallel: str, bf16: bool, seed: int, compile_model: bool
 ) -> nn.Module:
-    """The model on ``env.device``, initialised from ``seed`` and wrapped for data parallelism."""
+    """The model on ``env.device``, initialised from ``seed`` and wrapped for data parallelism.
+
+    ``compile_model``: under DDP the wrapped model is compiled whole, its forward including the loss (DDP
+    before compile, so TorchDynamo splits the graph at DDP's buckets and gradient all-reduces still overlap
+    the backward); under FSDP2 each block is compiled before ``fully_shard`` (FSDP2's hooks stay outside
+    the graphs). Both compile in place (``nn.Module.compile``): parameter names, hence checkpoints, do not
+    change."""
     if parallel == "fsdp":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -90,7 +96,7 @@ def build_model(
         if bf16:
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         for block in model.layers:
-            if compile_blocks:
+            if compile_model:
                 block.compile()
             fully_shard(block, **kwargs)
         fully_shard(model, **kwargs)
@@ -100,11 +106,11 @@ def build_model(
     model = Transformer(cfg)
     model.init_weights(seed)
     model.to(env.device)
-    if compile_blocks:
-        for block in model.layers:
-            block.compile()
     device_ids = [env.device.index] if env.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=device_ids)
+    wrapped = DistributedDataParallel(model, device_ids=device_ids)
+    if compile_model:
+        wrapped.compile()
+    return wrapped
 
 
 def unwrap(model: nn.Module) -> Transformer:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llm_trainer.config import ModelConfig
+from llm_trainer.loss import linear_cross_entropy
 
 
 class RMSNorm(nn.Module):
@@ -148,14 +149,28 @@ class Transformer(nn.Module):
         if seed is not None:
             torch.random.set_rng_state(generator_state)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits ``[batch, seq, vocab]`` for token ids ``[batch, seq]``."""
+    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The final (normed) hidden states ``[batch, seq, dim]`` for token ids ``[batch, seq]``: what the
+        output projection turns into logits."""
         x = self.tok_embeddings(tokens)
         rope = self.rope
         for block in self.layers:
             x = block(x, rope)
-        logits: torch.Tensor = self.output(self.norm(x))
-        return logits
+        normed: torch.Tensor = self.norm(x)
+        return normed
+
+    def forward(
+        self, tokens: torch.Tensor, targets: torch.Tensor | None = None, loss_chunk_tokens: int = 0
+    ) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab]`` for token ids ``[batch, seq]``; with ``targets`` instead the sum of
+        the token cross-entropies (a scalar), the logits computed ``loss_chunk_tokens`` tokens at a time
+        (0: all at once; see ``llm_trainer.loss``). The loss is part of the forward so that DDP/FSDP see the
+        output weight used inside the wrapped module."""
+        hidden = self.hidden_states(tokens)
+        if targets is None:
+            logits: torch.Tensor = self.output(hidden)
+            return logits
+        return linear_cross_entropy(hidden, self.output.weight, targets, loss_chunk_tokens)
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:

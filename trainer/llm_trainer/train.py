@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from llm_trainer.checkpoint import Checkpointer, CheckpointInfo, latest_checkpoint
@@ -29,10 +28,17 @@ from llm_trainer.distributed import DistEnv, build_model, choose_parallel, cpu_g
 from llm_trainer.metrics import METRICS_FILE, Exporter, StepLog, process_start_time
 from llm_trainer.signals import StopRequest
 from llm_trainer.snapshot.manager import Snapshotter
+from llm_trainer.snapshot.space import check_snapshot_space, human
 
 log = logging.getLogger(__name__)
 
 EXIT_PEER_STOPPED = 75
+
+
+def host_values(reduced: torch.Tensor) -> list[float]:
+    """The step's reduced values on the host: the training loop's one device-to-host sync per step."""
+    values: list[float] = reduced.tolist()
+    return values
 
 
 class Trainer:
@@ -69,6 +75,11 @@ class Trainer:
         self.checkpointer = Checkpointer(self.root, cfg.keep_checkpoints, env.rank, persist_group)
         self.snapshots: Snapshotter | None = None
         if cfg.snapshot_every:
+            # Fail now, in one line, rather than with SIGBUS when the first snapshot outgrows /dev/shm.
+            need = check_snapshot_space(
+                Path(cfg.snapshot_dir), self.model, self.optimizer, env.world_size, env.local_world_size
+            )
+            log.info("snapshots need %s per node in %s", human(need), cfg.snapshot_dir)
             self.snapshots = Snapshotter(
                 Path(cfg.snapshot_dir),
                 env.rank,
@@ -170,11 +181,21 @@ class Trainer:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def _to_device(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids on the training device without waiting for the GPU: a copy from pageable memory would
+        block the host until the stream reaches it, so on CUDA the ids go through pinned memory first."""
+        if self.env.device.type != "cuda":
+            return tokens
+        return tokens.pin_memory().to(self.env.device, non_blocking=True)
+
     def train_step(self, batch: StepBatch) -> torch.Tensor:
         """Forward/backward over the rank's micro-batches and one optimizer step.
 
-        Returns ``[sum of token losses on this rank, stop flag, snapshot copy busy]`` for the caller's
-        all-reduce (so every rank agrees whether to stop and whether to skip a snapshot).
+        Returns ``[sum of token losses on this rank, stop flag, snapshot copy busy]`` on the device for the
+        caller's all-reduce (so every rank agrees whether to stop and whether to skip a snapshot). Nothing
+        here waits for the device: the losses are summed on it, the flags are filled in by kernels (a
+        tensor made from a Python list would be a blocking host-to-device copy), and the caller reads the
+        reduced values back in one transfer, the step's only device-to-host sync.
         """
         cfg = self.cfg
         tokens_in_step = cfg.global_batch * cfg.seq_len
@@ -187,13 +208,10 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.env.device)
         last = len(batch.micro_batches) - 1
         for index, micro in enumerate(batch.micro_batches):
-            inputs = micro.inputs.to(self.env.device, non_blocking=True)
-            targets = micro.targets.to(self.env.device, non_blocking=True)
+            inputs = self._to_device(micro.inputs)
+            targets = self._to_device(micro.targets)
             with gradient_sync(self.model, index == last), self._autocast():
-                logits = self.model(inputs)
-                token_loss = F.cross_entropy(
-                    logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
-                )
+                token_loss: torch.Tensor = self.model(inputs, targets, cfg.loss_chunk_tokens)
                 scaled: torch.Tensor = token_loss * (scale * micro.weight)
                 scaled.backward()  # type: ignore[no-untyped-call]
             loss_sum += token_loss.detach() * micro.weight
@@ -204,7 +222,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         stop = 1.0 if self.stop.requested else 0.0
         busy = 1.0 if self.snapshots is not None and self.snapshots.busy else 0.0
-        return torch.cat([loss_sum.reshape(1), torch.tensor([stop, busy], device=self.env.device)])
+        return torch.stack([loss_sum, loss_sum.new_full((), stop), loss_sum.new_full((), busy)])
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -219,13 +237,14 @@ class Trainer:
             reduced = self.train_step(batch)
             dist.all_reduce(reduced)
             self.step += 1
-            stop = bool(reduced[1].item() > 0)
-            loss = float(reduced[0].item()) / tokens_in_step
+            loss_total, stop_flag, busy_flag = host_values(reduced)
+            stop = stop_flag > 0
+            loss = loss_total / tokens_in_step
             if cfg.min_step_seconds > 0:
                 time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
             elapsed = time.monotonic() - started
             self._record(batch, loss, elapsed)
-            busy = bool(reduced[2].item() > 0)
+            busy = busy_flag > 0
             if cfg.snapshot_every and self.step % cfg.snapshot_every == 0 and not busy and not stop:
                 self.snapshot()
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
