@@ -11,7 +11,6 @@ every step trained exactly its own samples, nothing replayed.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -25,21 +24,13 @@ from llm_testbed.localcluster.cluster import LocalCluster
 from llm_trainer.accounting import audit
 from llm_trainer.checkpoint import latest_checkpoint
 from llm_trainer.metrics import read_records
+from support.live_events import events
 from support.wait import wait_for
 
 from .conftest import PeeredOperatorProcess
 from .e2e_support import JOB, SMOKE_STEPS, Training
 
 pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)]
-
-
-def _events(log: str) -> list[dict[str, Any]]:
-    """The live driver's JSON event lines (``formed``) in a pod's log."""
-    found = []
-    for line in log.splitlines():
-        if line.startswith('{"event"'):
-            found.append(json.loads(line))
-    return found
 
 
 def test_lost_node_survivor_keeps_its_process_and_the_replacement_gets_state_from_it(train: Training) -> None:
@@ -70,7 +61,7 @@ def test_lost_node_survivor_keeps_its_process_and_the_replacement_gets_state_fro
     replacement = next(p for p in train.workers() if p["metadata"]["name"] == f"{JOB}-worker-1")
     assert replacement["metadata"]["uid"] != victim["metadata"]["uid"]
     # The pod's log holds every worker-1 so far: the replacement's lines are those of its process.
-    formed = _events(train.cluster.pod_log(train.ns, f"{JOB}-worker-1").read_text(errors="replace"))
+    formed = events(train.cluster.pod_log(train.ns, f"{JOB}-worker-1").read_text(errors="replace"))
     joined = [e for e in formed if e.get("event") == "formed" and e["pid"] == new_pid]
     assert joined, train.diagnostics()
     assert joined[0]["step"] > 0 and isinstance(joined[0]["source"], int), joined[0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import zlib
@@ -60,18 +59,6 @@ def start_member(procs: Processes, argv: list[str], name: str) -> subprocess.Pop
 def records(metrics: Path) -> list[dict[str, Any]]:
     """Step records so far (empty before the first step)."""
     return read_records(metrics) if metrics.exists() else []
-
-
-def events(log: str) -> list[dict[str, Any]]:
-    """The driver's JSON event lines (``formed``, ``released``) in a member's output."""
-    found = []
-    for line in log.splitlines():
-        if line.startswith("{"):
-            try:
-                found.append(json.loads(line))
-            except ValueError:
-                continue
-    return found
 
 
 def check_exact_sequence(log: list[dict[str, Any]], corpus: Path) -> None:

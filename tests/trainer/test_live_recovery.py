@@ -12,10 +12,11 @@ import random
 import subprocess
 from pathlib import Path
 
-from live_support import check_exact_sequence, events, member_argv, records, start_member
+from live_support import check_exact_sequence, member_argv, records, start_member
 from llm_trainer.live.membership import evict
 from llm_trainer.rendezvous.etcd_client import EtcdClient, parse_endpoints
 from llm_trainer.testing.local_etcd import LocalEtcd
+from support.live_events import events
 from trainer_support import Processes, wait_for
 
 STARTUP = 240.0  # three interpreters importing torch at once on a loaded 2-core box
