@@ -118,6 +118,11 @@ class Exporter:
             "last_step_timestamp_seconds": "Unix time the last step completed",
             "world_size": "Number of ranks in the current process group",
             "samples_seen": "Global samples consumed so far",
+            "total_steps": "Steps the run trains in total (0: unknown)",
+            "step_time_seconds_sum": "Wall seconds of the steps this process completed (resets at its start)",
+            "step_time_seconds_count": "Steps this process completed (resets at its start)",
+            "last_saved_step": "Step of the newest checkpoint this job saved (0: none)",
+            "last_saved_timestamp_seconds": "Unix time that checkpoint was saved (0: none)",
         }
         for name, doc in specs.items():
             gauge = prom.Gauge(f"llm_trainer_{name}", doc, names, registry=registry)

@@ -102,6 +102,9 @@ class Trainer:
         self.restore_peers = 0
         """Ranks that received their snapshot shard from another node at start."""
         self.process_started = process_start_time()
+        self.steps_done = 0
+        """Steps this process completed (the step-time counters of the metrics endpoint)."""
+        self.step_seconds = 0.0
 
     # -- checkpoints ----------------------------------------------------------------------------------------
 
@@ -162,6 +165,7 @@ class Trainer:
             self.checkpointer.save_async(self.step, self.model, self.optimizer, self._meta())
         else:
             self.checkpointer.save(self.step, self.model, self.optimizer, self._meta())
+        self.exporter.update(last_saved_step=self.step, last_saved_timestamp_seconds=time.time())
 
     def snapshot(self) -> None:
         """Collective in-memory snapshot of the current step (all ranks agreed none is busy)."""
@@ -278,8 +282,13 @@ class Trainer:
     def _record(self, batch: StepBatch, loss: float, elapsed: float) -> None:
         tokens_per_s = self.cfg.global_batch * self.cfg.seq_len / max(elapsed, 1e-9)
         now = time.time()
+        self.steps_done += 1
+        self.step_seconds += elapsed
         self.exporter.update(
             step=self.step,
+            total_steps=self.cfg.steps,
+            step_time_seconds_sum=self.step_seconds,
+            step_time_seconds_count=self.steps_done,
             loss=loss,
             tokens_per_second=tokens_per_s,
             last_step_timestamp_seconds=now,
