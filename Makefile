@@ -35,9 +35,9 @@ test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check operator trainer testbed tests bench
-	$(BIN)/ruff format --check operator trainer testbed tests bench
-	$(BIN)/mypy operator/llm_operator trainer/llm_trainer testbed/llm_testbed
+	$(BIN)/ruff check operator trainer runtime testbed tests bench examples
+	$(BIN)/ruff format --check operator trainer runtime testbed tests bench examples
+	$(BIN)/mypy operator/llm_operator trainer/llm_trainer runtime/llm_elastic testbed/llm_testbed
 
 crds: setup
 	$(BIN)/llmjob crd > crds/elasticllm.dev_llmtrainingjobs.yaml

@@ -7,7 +7,7 @@ the node back, and waits for the first step at world size 2 again. Printed per r
 - lost → resumed: node lost → first step completed after it (detection, operator, torchrun re-rendezvous,
   process restart, checkpoint load);
 - replacement → full size: replacement pod created → first step at world size 2;
-- steps replayed per loss (from the trainer's own step log, ``llm_trainer.accounting``).
+- steps replayed per loss (from the trainer's own step log, ``llm_elastic.accounting``).
 
 Both recovery modes run one after the other in one invocation, on the same cluster (side by side):
 ``restart`` (torchrun, checkpoints) and ``inProcess`` (the live driver: survivors keep their processes,
@@ -34,7 +34,7 @@ from llm_testbed import training
 from llm_testbed.demo import start_operator, stop_operator
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
-from llm_trainer.accounting import audit
+from llm_elastic.accounting import audit
 
 NS = "bench"
 JOB = "bench"

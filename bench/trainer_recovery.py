@@ -4,7 +4,7 @@ For each backend: three torchrun agents (``--nnodes=1:3``, one worker each) trai
 ``--kills`` times: kill a random agent with its worker (a lost node), measure the time from the kill to the
 first step completed after the survivors resumed (from metrics.jsonl), start a replacement agent and wait
 until the world is back to 3 (the scale-up time is reported too). The c10d backend talks to
-``python -m llm_trainer.rendezvous.tcpstore_server`` (the operator's dedicated rendezvous pod).
+``python -m llm_elastic.rendezvous.tcpstore_server`` (the operator's dedicated rendezvous pod).
 
     python bench/trainer_recovery.py --kills 10                 # both backends, tuned rendezvous settings
     python bench/trainer_recovery.py --backends c10d --conf default --kills 3   # torch's defaults
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import psutil
 from llm_trainer.data.prepare import main as prepare
-from llm_trainer.metrics import read_records
-from llm_trainer.testing.local_etcd import LocalEtcd, etcd_binary, free_port
+from llm_elastic.metrics import read_records
+from llm_elastic.testing.local_etcd import LocalEtcd, etcd_binary, free_port
 
 TUNED_CONF = (
     "join_timeout=900,last_call_timeout=2,close_timeout=10,heartbeat_timeout=5,"
@@ -250,7 +250,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "llm_trainer.rendezvous.tcpstore_server",
+            "llm_elastic.rendezvous.tcpstore_server",
             "--host",
             "127.0.0.1",
             "--port",

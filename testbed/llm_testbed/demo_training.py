@@ -4,7 +4,7 @@ A local cluster whose pods run as processes (the pod runner) with 3 fake p5.48xl
 started as users start it; the shipped CPU smoke job (tiny model, etcd-v3 rendezvous pod, shared volume) at
 min 2 / max 3. It trains at world size 3, one node is lost (NotReady: its processes die at once), the
 survivors resume at 2 from the newest checkpoint, the node returns and the job grows back to 3. The closing
-line says what the failure cost, from the trainer's own step log (``llm_trainer.accounting``).
+line says what the failure cost, from the trainer's own step log (``llm_elastic.accounting``).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
     tl.mark("replacement joined: world size 3", f"{time.monotonic() - t_back:.1f}s after the node returned")
     progress.steps_at("10 steps at world size 3", 3, 10, grown["time"] - 0.001)
 
-    from llm_trainer.accounting import audit
+    from llm_elastic.accounting import audit
 
     result = audit(progress.records(), training.sample_order(volume))
     print("\n>> 6/6 timeline\n")

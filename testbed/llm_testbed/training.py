@@ -138,15 +138,15 @@ def metrics_path(volume: Path) -> Path:
 
 def records(volume: Path) -> list[dict[str, Any]]:
     """Every complete step record so far (empty before the first step)."""
-    from llm_trainer.metrics import read_records
+    from llm_elastic.metrics import read_records
 
     path = metrics_path(volume)
     return read_records(path) if path.is_file() else []
 
 
 def sample_order(volume: Path) -> Any:
-    """The global sample order of the prepared data (for ``llm_trainer.accounting.audit``)."""
-    from llm_trainer.data.order import GlobalOrder
+    """The global sample order of the prepared data (for ``llm_elastic.accounting.audit``)."""
+    from llm_elastic.order import GlobalOrder
     from llm_trainer.data.shards import TokenShards
 
     return GlobalOrder(TokenShards(volume / DATA_SUBDIR, SEQ_LEN).num_samples, SEED)

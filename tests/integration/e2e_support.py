@@ -8,7 +8,7 @@ import yaml
 from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.localcluster.cluster import LocalCluster
-from llm_trainer.accounting import Audit, audit
+from llm_elastic.accounting import Audit, audit
 from support.wait import wait_for
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ import yaml
 from llm_testbed import training
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
-from llm_trainer.accounting import audit
-from llm_trainer.checkpoint import latest_checkpoint
-from llm_trainer.metrics import read_records
+from llm_elastic.accounting import audit
+from llm_elastic.checkpoint import latest_checkpoint
+from llm_elastic.metrics import read_records
 from support.live_events import events
 from support.wait import wait_for
 

@@ -2,7 +2,7 @@
 processes, torchrun rendezvous through the operator's rendezvous pod, and the trainer trains.
 
 Each test checks training itself: the job's ``metrics.jsonl`` on the shared volume must show the world
-sizes the story implies, and ``llm_trainer.accounting.audit`` must find no sample skipped and none repeated
+sizes the story implies, and ``llm_elastic.accounting.audit`` must find no sample skipped and none repeated
 beyond a replay after a checkpoint. The cluster is ``process_cluster`` (2 fake p5.48xlarge nodes + 1 CPU
 node); a job of 8 fake GPUs per worker puts one worker on each p5 node, so losing a node shrinks it.
 """
@@ -21,7 +21,7 @@ import yaml
 from llm_testbed import training
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
-from llm_trainer.accounting import Audit, audit
+from llm_elastic.accounting import Audit, audit
 from support.wait import wait_for
 
 from .conftest import PeeredOperatorProcess

@@ -454,7 +454,7 @@ def _rendezvous_pod(backend: str) -> dict[str, Any]:
     container = pod["spec"]["containers"][0]
     if backend == "c10d":
         container.update(
-            command=["python", "-m", "llm_trainer.rendezvous.tcpstore_server", "--port", "29400"],
+            command=["python", "-m", "llm_elastic.rendezvous.tcpstore_server", "--port", "29400"],
             readinessProbe={"tcpSocket": {"port": 29400}, "periodSeconds": 1},
         )
     else:

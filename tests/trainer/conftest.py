@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from llm_trainer.testing.local_etcd import LocalEtcd, etcd_binary
+from llm_elastic.testing.local_etcd import LocalEtcd, etcd_binary
 from trainer_support import Processes, write_corpus
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from llm_trainer.checkpoint import Checkpointer, CheckpointInfo, read_marker
+from llm_elastic.checkpoint import Checkpointer, CheckpointInfo, read_marker
 from llm_trainer.config import model_config
 from llm_trainer.distributed import build_model, init_distributed
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

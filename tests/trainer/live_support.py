@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from llm_trainer.data.order import GlobalOrder
+from llm_elastic.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
-from llm_trainer.metrics import read_records
+from llm_elastic.metrics import read_records
 from trainer_support import Processes, trainer_env
 
 GLOBAL_BATCH = 12
@@ -19,22 +19,44 @@ SEQ_LEN = 32
 SEED = 1234
 
 
-def member_argv(corpus: Path, metrics: Path, etcd: str, prefix: str, member: str, *extra: str) -> list[str]:
-    """One member of the live driver with the tiny model (same batch settings as the trainer tests)."""
-    return [
+Member = tuple[list[str], dict[str, str]]
+"""A member's argv and the environment the operator would give it."""
+
+# Options that are the operator's contract (env) rather than the trainer's command line.
+CONTRACT_OPTIONS = {
+    "--min-members": "LLMJOB_LIVE_MIN_MEMBERS",
+}
+
+
+def member_argv(corpus: Path, metrics: Path, etcd: str, prefix: str, member: str, *extra: str) -> Member:
+    """One in-process member of ``python -m llm_trainer`` with the tiny model (the trainer tests' batch
+    settings): the etcd, prefix and member id go in the env as the operator sets them. ``--shard-size S``
+    (HSDP) becomes ``LOCAL_WORLD_SIZE`` with ``LOCAL_RANK`` from the member id ``<host>.<n>``."""
+    env = {
+        "LLMJOB_RECOVERY": "inProcess",
+        "LLMJOB_LIVE_ETCD": etcd,
+        "LLMJOB_LIVE_PREFIX": prefix,
+        "LLMJOB_LIVE_MEMBER": member,
+    }
+    args: list[str] = []
+    rest = list(extra)
+    while rest:
+        option = rest.pop(0)
+        if option in CONTRACT_OPTIONS:
+            env[CONTRACT_OPTIONS[option]] = rest.pop(0)
+        elif option == "--shard-size":
+            env["LOCAL_WORLD_SIZE"] = rest.pop(0)
+            env["LOCAL_RANK"] = member.rsplit(".", 1)[1]
+        else:
+            args.append(option)
+    argv = [
         sys.executable,
         "-m",
-        "llm_trainer.live",
+        "llm_trainer",
         "--data",
         str(corpus),
-        "--metrics",
+        "--step-log",
         str(metrics),
-        "--etcd",
-        etcd,
-        "--prefix",
-        prefix,
-        "--member",
-        member,
         "--seq-len",
         str(SEQ_LEN),
         "--global-batch",
@@ -47,13 +69,21 @@ def member_argv(corpus: Path, metrics: Path, etcd: str, prefix: str, member: str
         "3",
         "--metrics-port",
         "0",
-        *extra,
+        "--checkpoint-every",
+        "0",
+        "--async-checkpoint",
+        "false",
+        *args,
     ]
+    if "--checkpoint-dir" not in args:
+        argv += ["--checkpoint-dir", str(metrics.parent / "no-checkpoints")]
+    return argv, env
 
 
-def start_member(procs: Processes, argv: list[str], name: str) -> subprocess.Popen[bytes]:
+def start_member(procs: Processes, member: Member, name: str) -> subprocess.Popen[bytes]:
     """Start a member with one thread and INFO logs."""
-    return procs.start(argv, name, env=trainer_env({"LOGLEVEL": "INFO"}))
+    argv, env = member
+    return procs.start(argv, name, env=trainer_env({"LOGLEVEL": "INFO", **env}))
 
 
 def records(metrics: Path) -> list[dict[str, Any]]:

@@ -13,11 +13,11 @@ import signal
 from pathlib import Path
 
 from live_support import GLOBAL_BATCH, SEED, SEQ_LEN, check_exact_sequence, member_argv, records, start_member
-from llm_trainer.accounting import audit
-from llm_trainer.checkpoint import latest_checkpoint
-from llm_trainer.data.order import GlobalOrder
+from llm_elastic.accounting import audit
+from llm_elastic.checkpoint import latest_checkpoint
+from llm_elastic.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
-from llm_trainer.testing.local_etcd import LocalEtcd
+from llm_elastic.testing.local_etcd import LocalEtcd
 from trainer_support import Processes, wait_for
 
 STARTUP = 240.0  # interpreters importing torch at once on a loaded 2-core box

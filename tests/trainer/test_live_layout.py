@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from llm_trainer.live import layout
-from llm_trainer.live.layout import Action, Generation
+from llm_elastic.live import layout
+from llm_elastic.live.layout import Action, Generation
 
 G1 = Generation(1, ("a", "b", "c"))
 G2 = Generation(2, ("a", "c"))

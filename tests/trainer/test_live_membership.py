@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 from llm_operator.live_evict import evict_pods
-from llm_trainer.live import layout
-from llm_trainer.live.layout import Generation
-from llm_trainer.live.membership import (
+from llm_elastic.live import layout
+from llm_elastic.live.layout import Generation
+from llm_elastic.live.membership import (
     Evicted,
     Membership,
     evict,
@@ -18,8 +18,8 @@ from llm_trainer.live.membership import (
     live_members,
     read_generation,
 )
-from llm_trainer.rendezvous.etcd_client import EtcdClient, parse_endpoints
-from llm_trainer.testing.local_etcd import LocalEtcd
+from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
+from llm_elastic.testing.local_etcd import LocalEtcd
 from trainer_support import wait_for
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from llm_trainer.config import model_config
-from llm_trainer.live.sync import Progress, StateLost, ensure_optimizer_state, state_tensors, synchronise
+from llm_elastic.transfer import Progress, StateLost, ensure_optimizer_state, state_tensors, synchronise
 from llm_trainer.model import Transformer
 from torch._C._distributed_c10d import HashStore
 

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from llm_trainer.checkpoint import complete_checkpoints
+from llm_elastic.checkpoint import complete_checkpoints
 from llm_trainer.config import SNAPSHOT_DIR_ENV
-from llm_trainer.data.order import GlobalOrder
+from llm_elastic.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
-from llm_trainer.metrics import read_records
-from llm_trainer.snapshot.store import inventory
-from llm_trainer.testing.local_etcd import LocalEtcd
+from llm_elastic.metrics import read_records
+from llm_elastic.snapshot.store import inventory
+from llm_elastic.testing.local_etcd import LocalEtcd
 from trainer_support import Processes, launch_world, train_argv, trainer_env, wait_for
 
 pytestmark = pytest.mark.trainer

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_trainer.snapshot.plan import Held, Source, buddy_of, choose, node_files
-from llm_trainer.snapshot.store import ShardFile, entries_json, entries_of, entry_view, inventory, layout
+from llm_elastic.snapshot.plan import Held, Source, buddy_of, choose, node_files
+from llm_elastic.snapshot.store import ShardFile, entries_json, entries_of, entry_view, inventory, layout
 
 L = "tiny|fsdp"
 

@@ -1,4 +1,4 @@
-"""The snapshot space check before training (``llm_trainer.snapshot.space``): the arithmetic, the predicted
+"""The snapshot space check before training (``llm_elastic.snapshot.space``): the arithmetic, the predicted
 shard against a real snapshot's payload, and the one-line refusal in a real 1 MiB tmpfs."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 from llm_trainer.config import ModelConfig, model_config
 from llm_trainer.distributed import DistEnv, cpu_group
 from llm_trainer.model import Transformer
-from llm_trainer.snapshot import space
-from llm_trainer.snapshot.manager import Snapshotter
-from llm_trainer.snapshot.space import (
+from llm_elastic.snapshot import space
+from llm_elastic.snapshot.manager import Snapshotter
+from llm_elastic.snapshot.space import (
     SnapshotSpaceError,
     check_snapshot_space,
     node_bytes,

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from llm_trainer.testing.local_etcd import free_port
+from llm_elastic.testing.local_etcd import free_port
 from trainer_support import Processes, wait_for
 
 pytestmark = pytest.mark.trainer
 
-ARGV = [sys.executable, "-m", "llm_trainer.rendezvous.tcpstore_server"]
+ARGV = [sys.executable, "-m", "llm_elastic.rendezvous.tcpstore_server"]
 
 
 def test_serves_clients_and_exits_cleanly_on_sigterm(tmp_path: Path, procs: Processes) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from llm_trainer.accounting import audit
-from llm_trainer.data.order import GlobalOrder
+from llm_elastic.accounting import audit
+from llm_elastic.order import GlobalOrder
 
 BATCH = 4
 ORDER = GlobalOrder(1000, 7)

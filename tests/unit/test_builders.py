@@ -228,7 +228,7 @@ def test_c10d_rendezvous_pod() -> None:
     assert svc["spec"]["ports"][0]["port"] == 29400
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "trainer:1"
-    assert container["command"][:3] == ["python", "-m", "llm_trainer.rendezvous.tcpstore_server"]
+    assert container["command"][:3] == ["python", "-m", "llm_elastic.rendezvous.tcpstore_server"]
     assert endpoint(j) == "llama-rdzv.ml.svc:29400"
     assert "is_host=false" in rdzv_conf(j)
 

@@ -17,7 +17,7 @@ from llm_operator.progress import PROBE_TIMEOUT, Sample, probe
 
 CHILD = """
 import sys, time
-from llm_trainer.metrics import Exporter
+from llm_elastic.metrics import Exporter
 exporter = Exporter(int(sys.argv[1]), {"job": "llama", "rank": "0"})
 exporter.update(step=42, last_step_timestamp_seconds=1700000000.5)
 print(exporter.port, flush=True)
@@ -34,7 +34,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def trainer_endpoint() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A child process serving the trainer's metrics (llm_trainer.metrics.Exporter)."""
+    """A child process serving the trainer's metrics (llm_elastic.metrics.Exporter)."""
     port = _free_port()
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(port)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)

@@ -9,10 +9,13 @@ from collections.abc import Sequence
 
 
 def _setup_logging() -> None:
+    # In process every member logs (ranks change per generation); under torchrun rank 0 logs INFO.
     rank = os.environ.get("RANK", "0")
+    live = bool(os.environ.get("LLMJOB_LIVE_ETCD"))
+    who = os.environ.get("LLMJOB_POD_NAME", "") if live else f"r{rank}"
     logging.basicConfig(
-        level=logging.INFO if rank == "0" else logging.WARNING,
-        format=f"[trainer r{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=os.environ.get("LOGLEVEL", "INFO" if rank == "0" or live else "WARNING").upper(),
+        format=f"[trainer {who}] %(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
 
@@ -23,25 +26,19 @@ def train_main(argv: Sequence[str]) -> int:
 
     cfg = parse_train_args(argv)  # exits 2 on bad input, before torch is imported
     _setup_logging()
-    import torch.distributed as dist
-
-    from llm_trainer.distributed import init_distributed
-    from llm_trainer.signals import StopRequest
+    from llm_elastic.errors import StateLost
     from llm_trainer.train import Trainer
 
-    stop = StopRequest().install()
-    env = init_distributed(cfg.dist_timeout)
     try:
-        try:
-            trainer = Trainer(cfg, env, stop)
-            trainer.restore()
-        except ValueError as exc:  # settings that only the data or the checkpoint can reveal
-            logging.getLogger("llm_trainer").error("%s", exc)
-            return 1
+        trainer = Trainer(cfg)
+    except ValueError as exc:  # settings that only the data can reveal
+        logging.getLogger("llm_trainer").error("%s", exc)
+        return 1
+    try:
         return trainer.train()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    except StateLost as exc:  # a checkpoint of other data or settings
+        logging.getLogger("llm_trainer").error("%s", exc)
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

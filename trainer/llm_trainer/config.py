@@ -6,15 +6,12 @@ and uses the docstrings as its help text.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-CHECKPOINT_DIR_ENV = "LLMJOB_CHECKPOINT_DIR"
-SNAPSHOT_DIR_ENV = "LLMJOB_SNAPSHOT_DIR"
-SNAPSHOT_ROOT = "/dev/shm/llm-trainer"
+from llm_elastic.contract import CHECKPOINT_ENV as CHECKPOINT_DIR_ENV
 
 
 @dataclass(frozen=True)
@@ -164,9 +161,10 @@ class TrainConfig:
     """Snapshot the state into host shared memory (and a buddy node's) every N steps (0 disables)."""
     snapshot_dir: str = ""
     """Folder in host shared memory for snapshots (default: $LLMJOB_SNAPSHOT_DIR, else a folder under
-    /dev/shm/llm-trainer named after the checkpoint directory)."""
+    /dev/shm/llm-elastic named after the checkpoint directory)."""
     parallel: str = "auto"
-    """Data parallelism: ddp, fsdp, or auto (fsdp for models over 1B parameters)."""
+    """Data parallelism: ddp, fsdp, hsdp, or auto (fsdp for models over 1B parameters). In process, fsdp
+    shards within a pod and replicates across pods (hsdp), so that losing a pod loses no shard."""
     precision: str = "auto"
     """bf16 (autocast on GPU), fp32, or auto (bf16 on GPU, fp32 on CPU)."""
     compile: bool = False
@@ -178,22 +176,29 @@ class TrainConfig:
     metrics_port: int = 9400
     """Prometheus port base (this rank listens on port + LOCAL_RANK); 0 disables."""
     dist_timeout: float = 300.0
-    """Seconds a collective may block before the process group gives up."""
+    """Seconds a collective may block before the process group gives up (restart mode)."""
+    live_timeout: float = 30.0
+    """In process: seconds a collective may block before the generation is given up."""
+    subgroup_timeout: float = 5.0
+    """In process, hsdp on CPU: seconds a mesh-group collective may wait (a spurious timeout only re-forms)."""
+    lease_ttl: int = 3
+    """In process: seconds a silent member stays a member."""
+    form_timeout: float = 120.0
+    """In process: seconds to wait for a generation to form."""
+    start_when: str = ""
+    """In process, warm spare: join only once this file exists (imports and model done before)."""
+    step_log: str = ""
+    """Rank 0's step log (default: <checkpoint-dir>/metrics.jsonl)."""
     peer_stop_grace: float = 5.0
     """After a stop requested by another rank, seconds to wait for our own SIGTERM before exiting."""
     min_step_seconds: float = 0.0
     """Pad every step to at least this wall time (demos and failure tests on tiny models)."""
 
     def resolved(self) -> TrainConfig:
-        """Fill defaults that come from the environment."""
+        """Fill defaults that come from the environment (the snapshot folder: the runtime's default)."""
         out = self
         if not out.checkpoint_dir and os.environ.get(CHECKPOINT_DIR_ENV):
             out = replace(out, checkpoint_dir=os.environ[CHECKPOINT_DIR_ENV])
-        if not out.snapshot_dir and os.environ.get(SNAPSHOT_DIR_ENV):
-            out = replace(out, snapshot_dir=os.environ[SNAPSHOT_DIR_ENV])
-        if not out.snapshot_dir and out.checkpoint_dir:
-            key = hashlib.sha256(str(Path(out.checkpoint_dir).resolve()).encode()).hexdigest()[:16]
-            out = replace(out, snapshot_dir=f"{SNAPSHOT_ROOT}/{key}")
         return out
 
     def problems(self) -> list[tuple[str, str]]:
@@ -230,8 +235,8 @@ class TrainConfig:
             out.append(("lr", "must be positive"))
         if not 0 <= self.min_lr_ratio <= 1:
             out.append(("min_lr_ratio", "must be within 0..1"))
-        if self.parallel not in ("auto", "ddp", "fsdp"):
-            out.append(("parallel", f"must be auto, ddp or fsdp, not {self.parallel!r}"))
+        if self.parallel not in ("auto", "ddp", "fsdp", "hsdp"):
+            out.append(("parallel", f"must be auto, ddp, fsdp or hsdp, not {self.parallel!r}"))
         if self.precision not in ("auto", "bf16", "fp32"):
             out.append(("precision", f"must be auto, bf16 or fp32, not {self.precision!r}"))
         if self.metrics_port > 65535:
@@ -239,8 +244,11 @@ class TrainConfig:
         for name in ("dist_timeout", "peer_stop_grace", "min_step_seconds", "grad_clip", "weight_decay"):
             if getattr(self, name) < 0:
                 out.append((name, "must not be negative"))
-        if self.dist_timeout == 0:
-            out.append(("dist_timeout", "must be positive"))
+        for name in ("dist_timeout", "live_timeout", "subgroup_timeout", "form_timeout"):
+            if getattr(self, name) <= 0:
+                out.append((name, "must be positive"))
+        if self.lease_ttl < 2:
+            out.append(("lease_ttl", "must be at least 2 seconds"))
         return out
 
 

@@ -116,7 +116,7 @@ def _c10d_container(job: LLMTrainingJob) -> dict[str, Any]:
         "name": "tcpstore",
         "image": job.spec.image,
         "imagePullPolicy": job.spec.imagePullPolicy,
-        "command": ["python", "-m", "llm_trainer.rendezvous.tcpstore_server", "--port", str(C10D_PORT)],
+        "command": ["python", "-m", "llm_elastic.rendezvous.tcpstore_server", "--port", str(C10D_PORT)],
         "ports": [{"name": "c10d", "containerPort": C10D_PORT}],
         "readinessProbe": {"tcpSocket": {"port": C10D_PORT}, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},

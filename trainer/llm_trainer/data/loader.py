@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from llm_trainer.data.order import GlobalOrder
+from llm_elastic.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
 
 

@@ -21,8 +21,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.optim import Optimizer
 
-from llm_trainer.snapshot.store import ALIGN, FILE, SLOTS
-from llm_trainer.staging import local_part, tensor_leaves
+from llm_elastic.snapshot.store import ALIGN, FILE, SLOTS
+from llm_elastic.staging import local_part, tensor_leaves
 
 PAGE = 4096
 """tmpfs allocates whole pages per file."""

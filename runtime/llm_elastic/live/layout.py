@@ -4,7 +4,7 @@ Under a job prefix ``P`` (ends with "/"):
 
 * ``P/members/<member>``: one key per live member, attached to the member's lease; the value is JSON
   ``{"pid": ..., "host": ...}``. Deleting it evicts the member at once
-  (:func:`llm_trainer.live.membership.evict`).
+  (:func:`llm_elastic.live.membership.evict`).
 * ``P/generation``: JSON ``{"generation": N, "members": [sorted ids]}``; changed only by compare-and-set
   on its mod revision, so exactly one proposal wins per generation.
 * ``P/g<N>/arrived/<member>``: a member of generation N is ready to build its process group.

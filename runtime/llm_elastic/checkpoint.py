@@ -7,7 +7,7 @@ was killed half-way is ignored and the previous checkpoint loads. DCP stores eac
 shape and reshards on load, so a checkpoint saved by W ranks loads on any other number of ranks.
 
 Asynchronous saves (:meth:`Checkpointer.save_async`): the training thread only stages the state into
-reused host buffers (``llm_trainer.staging``); a background thread writes the staged copy with DCP over a
+reused host buffers (``llm_elastic.staging``); a background thread writes the staged copy with DCP over a
 CPU (gloo) process group of its own, and rank 0 writes the marker after DCP's final gather, i.e. after every
 rank's shards and ``.metadata`` are written and fsynced. At most one save is in flight: a new save first
 waits for the previous one to finish (a checkpoint every N steps is a promise; the wait shows up as stall
@@ -34,12 +34,17 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.optim import Optimizer
 
-from llm_trainer.background import Background
-from llm_trainer.staging import HostStage
+from llm_elastic.background import Background
+from llm_elastic.staging import HostStage
 
 log = logging.getLogger(__name__)
 
+Optimizers = Optimizer | tuple[Optimizer, ...]
+
 MARKER = "COMPLETE"
+EXTRAS = "extras.pt"
+"""The program's replicated ``Stateful`` extras (``torch.save`` of their state dicts), written by rank 0
+before the marker."""
 STEP_DIR = re.compile(r"^step-(\d+)$")
 # Fault injection for tests: "STEP:SECONDS" pauses every save of step >= STEP for SECONDS between writing
 # the shards and writing the marker, so a test can kill the process in the middle of a save.
@@ -146,6 +151,8 @@ class Checkpointer:
         self.last_persist = 0.0
         """Seconds the last background persist took (staged copy to marker)."""
         self._persisting = Background("background checkpoint persist")
+        self.persisted_step = 0
+        """The newest step whose checkpoint is complete (marker written) by this checkpointer."""
         self._planner: DefaultSavePlanner | None = None
 
     def _prepare(self, path: Path) -> None:
@@ -155,16 +162,20 @@ class Checkpointer:
                 shutil.rmtree(path)
         dist.barrier()
 
-    def _finish(self, step: int, path: Path, meta: dict[str, Any]) -> None:
+    def _finish(self, step: int, path: Path, meta: dict[str, Any], extras: bytes = b"") -> None:
         stall = _stall_seconds(step)
         if stall > 0:
             log.warning("%s: pausing %gs before the completion marker", SAVE_STALL_ENV, stall)
             time.sleep(stall)
         if self.rank == 0:
+            if extras:
+                (path / EXTRAS).write_bytes(extras)
             _write_marker(path, {**meta, "step": step, "saved_at": time.time()})
             self.prune(step)
 
-    def save(self, step: int, model: nn.Module, optimizer: Optimizer, meta: dict[str, Any]) -> Path:
+    def save(
+        self, step: int, model: nn.Module, optimizer: Optimizers, meta: dict[str, Any], extras: bytes = b""
+    ) -> Path:
         """Collective, synchronous: every rank writes its shards; rank 0 then writes the marker and prunes."""
         self.wait()
         path = step_dir(self.root, step)
@@ -172,13 +183,16 @@ class Checkpointer:
         self._prepare(path)
         model_state, optim_state = get_state_dict(model, optimizer)
         dcp_save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
-        self._finish(step, path, meta)
+        self._finish(step, path, meta, extras)
         dist.barrier()
+        self.persisted_step = step
         self.last_stall = self.last_persist = time.monotonic() - started
         log.info("checkpoint step-%d saved in %.2fs", step, self.last_stall)
         return path
 
-    def save_async(self, step: int, model: nn.Module, optimizer: Optimizer, meta: dict[str, Any]) -> Path:
+    def save_async(
+        self, step: int, model: nn.Module, optimizer: Optimizers, meta: dict[str, Any], extras: bytes = b""
+    ) -> Path:
         """Collective: stage the state and persist it in the background (after the previous save ended).
 
         On a GPU the caller must call :meth:`before_update` before the optimizer next changes parameters.
@@ -190,16 +204,19 @@ class Checkpointer:
         model_state, optim_state = get_state_dict(model, optimizer)
         staged = self.stage.stage({"model": model_state, "optim": optim_state})
         self.last_stall = time.monotonic() - started
-        self._persisting.start(f"persist-step-{step}", self._persist, step, path, staged, meta)
+        self._persisting.start(f"persist-step-{step}", self._persist, step, path, staged, meta, extras)
         return path
 
-    def _persist(self, step: int, path: Path, staged: dict[str, Any], meta: dict[str, Any]) -> None:
+    def _persist(
+        self, step: int, path: Path, staged: dict[str, Any], meta: dict[str, Any], extras: bytes
+    ) -> None:
         started = time.monotonic()
         self.stage.wait_copied()
         if self._planner is None:
             self._planner = _caching_planner()
         dcp_save(staged, checkpoint_id=str(path), process_group=self.persist_group, planner=self._planner)
-        self._finish(step, path, meta)
+        self._finish(step, path, meta, extras)
+        self.persisted_step = step
         self.last_persist = time.monotonic() - started
         log.info(
             "checkpoint step-%d persisted in %.2fs (training stalled %.3fs to stage %.0f MB)",
@@ -232,7 +249,7 @@ class Checkpointer:
             if step in complete or read_marker(path) is None:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def load(self, info: CheckpointInfo, model: nn.Module, optimizer: Optimizer | None) -> dict[str, Any]:
+    def load(self, info: CheckpointInfo, model: nn.Module, optimizer: Optimizers | None) -> dict[str, Any]:
         """Collective: load ``info`` into the (possibly differently sharded) model and optimizer."""
         started = time.monotonic()
         if optimizer is None:
@@ -248,3 +265,11 @@ class Checkpointer:
             set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
         log.info("loaded checkpoint step-%d in %.2fs", info.step, time.monotonic() - started)
         return info.meta
+
+
+def read_extras(info: CheckpointInfo) -> bytes | None:
+    """The extras saved with a checkpoint (None for a checkpoint without)."""
+    try:
+        return (info.path / EXTRAS).read_bytes()
+    except OSError:
+        return None

@@ -1,6 +1,6 @@
 """A long-running torch ``TCPStore`` server for the operator's dedicated c10d rendezvous pod.
 
-``python -m llm_trainer.rendezvous.tcpstore_server --port 29400`` hosts the store as master without waiting
+``python -m llm_elastic.rendezvous.tcpstore_server --port 29400`` hosts the store as master without waiting
 for workers, prints one ready line, and exits 0 on SIGTERM or SIGINT.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from types import FrameType
 
-from llm_trainer.cli_errors import ExitOnErrorParser
+from llm_elastic.cli_errors import ExitOnErrorParser
 
 
 def _port(text: str) -> int:
@@ -30,7 +30,7 @@ def _port(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of the server."""
     parser = ExitOnErrorParser(
-        prog="python -m llm_trainer.rendezvous.tcpstore_server",
+        prog="python -m llm_elastic.rendezvous.tcpstore_server",
         description="Host a torch TCPStore for torchrun's c10d rendezvous backend.",
     )
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")  # noqa: S104

@@ -27,7 +27,7 @@ from typing import Any
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousStateError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
-from llm_trainer.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
 
 PICKLE_PROTOCOL_BYTE = b"\x80"
 """First byte of a pickle of protocol 2 or later: marks state stored by versions before base64."""

@@ -1,6 +1,6 @@
 """Sample accounting: prove from ``metrics.jsonl`` that no sample was skipped or repeated beyond a replay.
 
-The trainer writes one record per completed step (rank 0, see ``llm_trainer.metrics``). ``audit()`` reads
+The trainer writes one record per completed step (rank 0, see ``llm_elastic.metrics``). ``audit()`` reads
 those records back and checks the promise the trainer makes across every interruption:
 
 - each step trained exactly its own global batch: stream positions ``[(s-1)B, sB)`` and, when the data order
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_trainer.data.order import GlobalOrder
+from llm_elastic.order import GlobalOrder
 
 
 @dataclass(frozen=True)

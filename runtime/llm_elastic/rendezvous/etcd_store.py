@@ -28,7 +28,7 @@ from datetime import timedelta
 from torch._C._distributed_c10d import Store
 from torch.distributed import DistStoreError
 
-from llm_trainer.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Live membership in etcd: register with a lease, agree on the next generation, evict, watch changes.
 
-See :mod:`llm_trainer.live.layout` for the keys. A member is one training process. Agreement is a
+See :mod:`llm_elastic.live.layout` for the keys. A member is one training process. Agreement is a
 compare-and-set on the generation key; a generation is only used once every member it names has
 arrived, and it is abandoned (superseded by the next one) as soon as one of them is no longer live.
 """
@@ -13,22 +13,19 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
-from llm_trainer.live import layout
-from llm_trainer.live.layout import Action, Generation
-from llm_trainer.rendezvous.etcd_client import EtcdClient, LeaseKeeper
+from llm_elastic.errors import Evicted, RunFinished
+from llm_elastic.live import layout
+from llm_elastic.live.layout import Action, Generation
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.02
 
 
-class Evicted(RuntimeError):
-    """This member's key was deleted (by the operator, or its lease expired): it must leave."""
-
-
-class RunFinished(RuntimeError):
-    """The run is done; a late joiner has nothing to join."""
+__all__ = ["Evicted", "Membership", "RunFinished", "evict", "evict_host", "live_members", "read_generation"]
 
 
 def evict(client: EtcdClient, prefix: str, member: str) -> bool:
@@ -106,7 +103,32 @@ class Membership:
         stored, _ = read_generation(self.client, self.prefix)
         return tuple(live) != generation.members or (stored is not None and stored != generation)
 
-    def next_generation(self, left: int, min_members: int, timeout: float) -> Generation:
+    def job_step(self) -> int:
+        """The job's last completed step as rank 0 recorded it (0 when none, or the store is unreadable)."""
+        try:
+            kv = self.client.get(layout.step_key(self.prefix))
+        except EtcdError as exc:
+            log.warning("could not read the job's step: %s", exc)
+            return 0
+        return int(kv.value) if kv is not None else 0
+
+    def set_job_step(self, step: int) -> None:
+        """Rank 0 after each step; an unreachable store is ridden out (training needs it only to re-form)."""
+        try:
+            self.client.put(layout.step_key(self.prefix), str(step).encode())
+        except EtcdError as exc:
+            log.warning("could not record step %d in etcd (training goes on): %s", step, exc)
+
+    def forget_generation(self, number: int) -> None:
+        """Delete what belonged to generation ``number`` (its arrivals and store)."""
+        try:
+            self.client.delete_prefix(layout.generation_prefix(self.prefix, number))
+        except EtcdError as exc:
+            log.warning("could not clean generation %d: %s", number, exc)
+
+    def next_generation(
+        self, left: int, min_members: int, timeout: float, check: Callable[[], None] | None = None
+    ) -> Generation:
         """Agree on the generation after ``left`` and wait until all its members arrived.
 
         Loops until a generation forms whose members are all live and arrived; raises :class:`Evicted`
@@ -114,6 +136,8 @@ class Membership:
         """
         deadline = time.monotonic() + timeout
         while True:
+            if check is not None:
+                check()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no generation after {left} formed within {timeout:g}s")
             if self.client.get(layout.done_key(self.prefix)) is not None:

@@ -28,9 +28,9 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.optim import Optimizer
 
-from llm_trainer.background import Background
-from llm_trainer.snapshot import plan as planner
-from llm_trainer.snapshot.store import (
+from llm_elastic.background import Background
+from llm_elastic.snapshot import plan as planner
+from llm_elastic.snapshot.store import (
     SLOTS,
     ShardFile,
     encode_header,
@@ -41,7 +41,7 @@ from llm_trainer.snapshot.store import (
     layout,
     older_slot,
 )
-from llm_trainer.staging import local_part, tensor_leaves
+from llm_elastic.staging import local_part, tensor_leaves
 
 log = logging.getLogger(__name__)
 

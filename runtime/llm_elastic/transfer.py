@@ -1,0 +1,152 @@
+"""Hand the training state from one member to the others over the new process group (no checkpoint).
+
+Every member first shares its completed step; the lowest rank among those with the highest step is the
+source (a survivor can be one step ahead when a peer died between the step's commit and the end of its
+step: that step is complete, so the others adopt it). When some member is behind or new, the source
+broadcasts a header (progress, the non-tensor parts of the model and optimizer state dicts, the extras'
+state dicts) and then every tensor of the model and optimizer state in place, device to device on the
+process group's backend (NCCL on GPUs). Receivers then load the result through ``set_state_dict`` and the
+extras' ``load_state_dict``: nothing here knows an optimizer's keys.
+
+With HSDP (``shard_size`` > 1, ranks of a host contiguous) the tensors of each shard index travel in
+``replica_group`` (the members with this process's shard index) from the source replica's member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+from llm_elastic.errors import StateLost
+from llm_elastic.staging import local_part, map_tensors, tensor_leaves
+from llm_elastic.state import TrainState
+
+
+@dataclass
+class Progress:
+    """What a member knows beyond the tensors: completed steps, loss of its last step."""
+
+    step: int
+    last_loss: float
+    fresh: bool
+    """True for a member that holds no trained state yet (a joiner)."""
+    restarts: int = 0
+    """How many times the job's state had to come back from a checkpoint (every member held none)."""
+
+
+Source = int | Literal["checkpoint"] | None
+"""Where the agreed state came from: a member's rank, the checkpoint, or nowhere (all agreed already)."""
+
+
+def _skeleton(state: dict[str, Any]) -> Any:
+    """The state with its tensors left out (what the header carries)."""
+    return map_tensors(state, lambda _path, _t: None)
+
+
+def _fill(skeleton: Any, state: Any) -> Any:
+    """``skeleton``'s non-tensor values with ``state``'s tensors (same structure)."""
+    if isinstance(state, torch.Tensor):
+        return state
+    if isinstance(state, dict) and isinstance(skeleton, dict):
+        return {k: _fill(skeleton.get(k), v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)) and isinstance(skeleton, (list, tuple)):
+        return type(state)(_fill(s, v) for s, v in zip(skeleton, state, strict=True))
+    return skeleton
+
+
+def synchronise(
+    state: TrainState,
+    progress: Progress,
+    group: dist.ProcessGroup | None = None,
+    job_step: int = 0,
+    on_receive: Callable[[], None] | None = None,
+    restore: Callable[[], Progress | None] | None = None,
+    replica_group: dist.ProcessGroup | None = None,
+    shard_size: int = 1,
+) -> tuple[Progress, Source]:
+    """Make every member hold the most advanced state; returns the agreed progress and its source.
+
+    When every member is new, ``restore`` (collective: called on every member) loads the newest complete
+    checkpoint and returns its progress, or None when there is none. ``job_step`` is the step the job had
+    reached (from etcd): if every member is new, nothing was restored and it is above 0, the state is gone
+    with the old members and :class:`StateLost` is raised. ``on_receive`` is called on the receiving members
+    before anything is overwritten, so that a member whose transfer breaks halfway marks itself new.
+    """
+    world = dist.get_world_size(group)
+    mine = torch.tensor([progress.step, 1 if progress.fresh else 0], dtype=torch.int64)
+    gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
+    _all_gather_cpu(gathered, mine, group)
+    steps = [int(t[0]) for t in gathered]
+    fresh = [bool(t[1]) for t in gathered]
+    if all(fresh):
+        restored = restore() if restore is not None else None
+        if restored is not None:
+            return restored, "checkpoint"
+        if job_step > 0:
+            raise StateLost(f"every member is new but the job had reached step {job_step}")
+    best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
+    if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
+        return progress, None
+    candidates = [r for r in range(world) if steps[r] == best and (not fresh[r] or all(fresh))]
+    if shard_size > 1:  # the source must be a host whose every shard holds that step
+        candidates = [
+            r
+            for r in candidates
+            if all(
+                steps[q] == best and not fresh[q]
+                for q in range(r - r % shard_size, r - r % shard_size + shard_size)
+            )
+            or all(fresh)
+        ]
+        if not candidates:
+            raise StateLost(f"no host holds every shard of step {best}")
+    source = min(candidates)
+    me = dist.get_rank(group)
+    # The member of the source's host with my shard index (itself with one process per host).
+    sender = source - source % shard_size + me % shard_size
+    receiving = me != sender
+    if on_receive is not None and receiving:
+        on_receive()
+    tensors = state.tensors_state()
+    header: list[Any] = [None]
+    if me == source:
+        header[0] = {
+            "progress": progress,
+            "skeleton": _skeleton(tensors),
+            "extras": state.extras_state(),
+        }
+    dist.broadcast_object_list(header, src=_global_rank(source, group), group=group)
+    sent = header[0]
+    tensor_group = replica_group if shard_size > 1 else group
+    with torch.no_grad():
+        for _path, tensor in tensor_leaves(tensors):
+            part = local_part(tensor)
+            dist.broadcast(part, src=_global_rank(sender, group), group=tensor_group)
+    if receiving:
+        state.load_tensors_state(_fill(sent["skeleton"], tensors))
+        state.load_extras_state(sent["extras"])
+    elif me != source:  # a source replica's other shard: same tensors, but take the source's extras
+        state.load_extras_state(sent["extras"])
+    agreed: Progress = sent["progress"]
+    return Progress(agreed.step, agreed.last_loss, fresh=False, restarts=agreed.restarts), source
+
+
+def _global_rank(rank: int, group: dist.ProcessGroup | None) -> int:
+    return rank if group is None else dist.get_global_rank(group, rank)
+
+
+def _all_gather_cpu(out: list[torch.Tensor], tensor: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    """All-gather small CPU tensors on any backend (NCCL needs them on the device)."""
+    backend = dist.get_backend(group)
+    if "nccl" in str(backend) and "gloo" not in str(backend):
+        device = torch.device("cuda", torch.cuda.current_device())
+        moved = [t.to(device) for t in out]
+        dist.all_gather(moved, tensor.to(device), group=group)
+        for dst, src in zip(out, moved, strict=True):
+            dst.copy_(src.cpu())
+        return
+    dist.all_gather(out, tensor, group=group)
