@@ -14,7 +14,7 @@ import numpy as np
 import psutil
 import pytest
 from llm_elastic.checkpoint import complete_checkpoints
-from llm_trainer.config import SNAPSHOT_DIR_ENV
+from llm_elastic.contract import SNAPSHOT_ENV as SNAPSHOT_DIR_ENV
 from llm_elastic.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
 from llm_elastic.metrics import read_records

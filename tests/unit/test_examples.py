@@ -24,12 +24,10 @@ from llm_operator.builders.worker import worker_pod
 from llm_trainer.cli import parse_train_args
 from llm_trainer.config import TrainConfig, model_config
 from llm_trainer.data.prepare import main as prepare
-from llm_trainer.live.driver import parse_args as parse_live_args
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "deploy" / "examples"
 TRAINER_ENTRY = ["python", "-m", "llm_trainer"]
-LIVE_ENTRY = ["python", "-m", "llm_trainer.live"]
 # Manifests that create the claims the examples name (the FSx ones and the smoke job's volume).
 VOLUME_MANIFESTS = sorted((ROOT / "deploy" / "fsx").glob("*.yaml")) + sorted(EXAMPLES.glob("*/*.yaml"))
 
@@ -64,7 +62,7 @@ class Worker:
     env: dict[str, str]
     shared_mounts: dict[str, str]
     live: bool = False
-    """The live driver (failurePolicy.recovery inProcess), run directly instead of under torchrun."""
+    """failurePolicy.recovery inProcess: the trainer runs directly instead of under torchrun."""
 
 
 def worker_of(manifest: dict[str, Any]) -> Worker:
@@ -74,8 +72,8 @@ def worker_of(manifest: dict[str, Any]) -> Worker:
     live = job.spec.failurePolicy.recovery == "inProcess"
     if live:
         program = [*container["command"], *container["args"]]
-        assert program[: len(LIVE_ENTRY)] == LIVE_ENTRY, f"not the live driver: {program}"
-        argv = program[len(LIVE_ENTRY) :]
+        assert program[: len(TRAINER_ENTRY)] == TRAINER_ENTRY, f"not the trainer: {program}"
+        argv = program[len(TRAINER_ENTRY) :]
     else:
         assert container["command"] == ["torchrun", "--no-python"], container["command"]
         program = container["args"]
@@ -118,9 +116,6 @@ def parse_in_pod(
         monkeypatch.setenv(name, on_host(value, worker.shared_mounts, root))
     argv = [on_host(arg, worker.shared_mounts, root) for arg in worker.argv]
     try:
-        if worker.live:
-            config, opts = parse_live_args(argv)
-            return dataclasses.replace(config, checkpoint_dir=str(opts.checkpoint_dir or ""))
         return parse_train_args(argv)
     except SystemExit as exit_:
         pytest.fail(f"the trainer rejects the example (exit {exit_.code}): {capsys.readouterr().err.strip()}")

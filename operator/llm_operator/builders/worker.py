@@ -55,6 +55,8 @@ def _identity_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[st
         {"name": "LLMJOB_JOB_NAME", "value": job.metadata.name},
         {"name": "LLMJOB_REPLICA_INDEX", "value": str(index)},
         {"name": "LLMJOB_ATTEMPT", "value": str(attempt)},
+        # The mode the program must run in (llm_elastic refuses a mode the program was not written for).
+        {"name": "LLMJOB_RECOVERY", "value": job.spec.failurePolicy.recovery},
     ]
 
 
