@@ -185,7 +185,12 @@ def test_namespaced_mode(helm: Helm) -> None:
     (cluster_role,) = by_kind(objects, "ClusterRole")
     assert cluster_role["metadata"]["name"] == f"{FULLNAME}-nodes"
     assert cluster_role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["elasticllm.dev"],
+            "resources": ["clusterllmtrainingruntimes"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     assert "affinity" not in one(objects, "Deployment")["spec"]["template"]["spec"]
 
