@@ -331,5 +331,6 @@ def test_default_runtime_is_opt_in_and_valid(helm: Helm) -> None:
         "priorityClassName": "training",
         "nodeSelector": {"pool": "p5"},
     }
-    assert spec["failurePolicy"]["maxRestarts"] == 100 and spec["failurePolicy"]["pendingTimeoutSeconds"] == 300
+    policy = spec["failurePolicy"]
+    assert policy["maxRestarts"] == 100 and policy["pendingTimeoutSeconds"] == 300
     assert validate_runtime(runtime) == []
