@@ -41,7 +41,10 @@ lint: setup
 
 crds: setup
 	$(BIN)/llmjob crd > crds/elasticllm.dev_llmtrainingjobs.yaml
-	cp crds/elasticllm.dev_llmtrainingjobs.yaml charts/elastic-llm-operator/crds/
+	$(BIN)/llmjob crd --kind LLMTrainingRuntime > crds/elasticllm.dev_llmtrainingruntimes.yaml
+	$(BIN)/llmjob crd --kind ClusterLLMTrainingRuntime > crds/elasticllm.dev_clusterllmtrainingruntimes.yaml
+	cp crds/elasticllm.dev_llmtrainingjobs.yaml crds/elasticllm.dev_llmtrainingruntimes.yaml \
+	  crds/elasticllm.dev_clusterllmtrainingruntimes.yaml charts/elastic-llm-operator/crds/
 	$(BIN)/llmjob api-docs > docs/api.md
 	$(BIN)/python deploy/kustomize/render_base.py
 

@@ -49,6 +49,10 @@ if spec.replicas == nil then
   desired = count(spec.maxReplicas)
 end
 if desired == 0 and status ~= nil then
+  -- a job whose runtime (spec.runtimeRef) supplies maxReplicas: the size the operator recorded
+  desired = count(status.desiredReplicas)
+end
+if desired == 0 and status ~= nil then
   desired = count(status.replicas)
 end
 

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from llm_operator.render import RenderError, render, write_stream
+from llm_operator.render import RenderError, render_documents, write_documents
 from llm_operator.settings import Settings
 
 EXIT_USAGE = 2
@@ -20,20 +20,20 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print(f"llmjob render: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        objects = render(args.filename, settings, namespace=args.namespace)
+        objects = render_documents(args.filename, settings, namespace=args.namespace)
     except RenderError as exc:
         for line in exc.problems:
             print(line, file=sys.stderr)
         print(f"llmjob render: {len(exc.problems)} problem(s); nothing rendered", file=sys.stderr)
         return EXIT_USAGE
-    write_stream(objects, sys.stdout)
+    write_documents(objects, sys.stdout)
     return 0
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
     from llm_operator.api.crd import crd_yaml
 
-    sys.stdout.write(crd_yaml())
+    sys.stdout.write(crd_yaml(args.kind))
     return 0
 
 
@@ -69,12 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("render", help="print every object the operator would create for job manifests")
     p.add_argument(
-        "-f", "--filename", action="append", required=True, help="job manifest (YAML, '-' = stdin)"
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        help="job and runtime manifests (YAML, '-' = stdin); a job's runtime must be in one of them",
     )
     p.add_argument("-n", "--namespace", help="namespace for manifests that name none (default: default)")
     p.set_defaults(func=_cmd_render)
 
-    p = sub.add_parser("crd", help="print the LLMTrainingJob CRD generated from the API models")
+    p = sub.add_parser("crd", help="print a CRD generated from the API models (default: LLMTrainingJob)")
+    p.add_argument(
+        "--kind",
+        default="LLMTrainingJob",
+        choices=["LLMTrainingJob", "LLMTrainingRuntime", "ClusterLLMTrainingRuntime"],
+        help="which kind's CRD",
+    )
     p.set_defaults(func=_cmd_crd)
 
     p = sub.add_parser("api-docs", help="print the Markdown API reference generated from the models")

@@ -12,7 +12,9 @@ from typing import Any
 import kopf
 
 from llm_operator import metrics
-from llm_operator.api.models import LLMTrainingJob
+from llm_operator.api.models import API_VERSION, CLUSTER_RUNTIME_KIND, KIND, LLMTrainingJob
+from llm_operator.api.runtime import describe, merge, ref_of
+from llm_operator.api.validate import validate
 from llm_operator.builders import rendezvous
 from llm_operator.builders.desired import support_objects
 from llm_operator.builders.worker import live_prefix, worker_pod
@@ -21,6 +23,7 @@ from llm_operator.kube import Kube, KubeError
 from llm_operator.kueue_sync import KueueSync
 from llm_operator.live_evict import evict_pods
 from llm_operator.observe import NodeView, PodView, pod_view
+from llm_operator.policy.status import merge_conditions
 from llm_operator.progress import ProgressTracker, metrics_url, probe, probe_interval, probe_targets
 from llm_operator.reconcile import Plan, plan
 from llm_operator.settings import Settings
@@ -30,6 +33,9 @@ MIN_WAIT = 0.02
 COALESCE_SECONDS = 0.05
 PROBE_IDLE_SECONDS = 10.0
 """How often a job without hang detection re-reads its spec (progressTimeoutSeconds may be set later)."""
+RUNTIME_RETRY_SECONDS = 10.0
+"""How often a job whose runtime is missing (or whose merged spec is invalid) looks again."""
+RUNTIME_CONDITION = "RuntimeResolved"
 
 
 class JobController:
@@ -53,12 +59,111 @@ class JobController:
         """The operator's index of Kueue Workloads by (namespace, job); None when Kueue support is off."""
         self.progress = ProgressTracker()
         """What the hang-detection probes saw (an input of every pass)."""
+        self.runtime: dict[str, Any] | None = None
+        """The copy of the runtime (spec.runtimeRef) this job runs with; recorded as status.runtime."""
+        self.runtime_checked: tuple[Any, ...] | None = None
+        """(generation, runtime resourceVersion) whose merged spec was last found valid."""
+        self.runtime_problem = ""
+        """The runtime problem last reported (one Event per new problem)."""
 
     def job_from(self, body: Mapping[str, Any]) -> LLMTrainingJob:
-        """The job as last seen, with the status this controller wrote last (watches lag behind)."""
+        """The job as last seen, with the status this controller wrote last (watches lag behind).
+
+        A job with spec.runtimeRef is its own spec merged over the runtime's copy (``resolve_runtime``).
+        """
         data = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
         data["status"] = self.last_status if self.last_status is not None else dict(body.get("status") or {})
+        if self.runtime is not None and ref_of(data.get("spec")) is not None:
+            source = describe(self.runtime["kind"], self.runtime["name"])
+            data["spec"] = merge(self.runtime.get("spec") or {}, dict(data["spec"]), source).spec
         return LLMTrainingJob.model_validate(data)
+
+    def runnable(self, body: Mapping[str, Any]) -> bool:
+        """False while the job names a runtime that is not resolved yet."""
+        return ref_of(body.get("spec")) is None or self.runtime is not None
+
+    async def resolve_runtime(self, body: kopf.Body, logger: kopf.Logger) -> bool:
+        """Make sure a job with spec.runtimeRef has its runtime's copy and a valid merged spec.
+
+        The runtime is read once per job (and again only when spec.runtimeRef names another one): the
+        copy lives in status.runtime, so editing or deleting the runtime never changes a job that already
+        uses it, and an operator restart finds the same copy (docs/decisions.md, R3). False: no pass
+        (condition RuntimeResolved=False and a Warning Event say why).
+        """
+        spec = dict(body.get("spec") or {})
+        ref = ref_of(spec)
+        if ref is None:
+            self.runtime = None
+            return True
+        kind, name = ref
+        status = self.last_status if self.last_status is not None else dict(body.get("status") or {})
+        snapshot = self.runtime if self.runtime is not None else status.get("runtime")
+        if not isinstance(snapshot, dict) or (snapshot.get("kind"), snapshot.get("name")) != ref:
+            self.runtime = None
+            found = await self.kube.get_runtime(kind, self.namespace, name)
+            if found is None:
+                where = "" if kind == CLUSTER_RUNTIME_KIND else f" in namespace {self.namespace}"
+                message = (
+                    f"spec.runtimeRef: {describe(kind, name)} not found{where}; no workers until it exists"
+                )
+                await self.report_runtime(body, "RuntimeNotFound", message, logger)
+                return False
+            snapshot = {
+                "kind": kind,
+                "name": name,
+                "resourceVersion": str((found.get("metadata") or {}).get("resourceVersion") or ""),
+                "spec": found.get("spec") or {},
+            }
+        generation = (body.get("metadata") or {}).get("generation")
+        checked = (generation, snapshot.get("kind"), snapshot.get("name"), snapshot.get("resourceVersion"))
+        if checked != self.runtime_checked:
+            manifest = {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": spec,
+            }
+            result = validate(manifest, snapshot)
+            if result.problems:
+                self.runtime = None
+                await self.report_runtime(body, "InvalidSpec", "; ".join(result.problems), logger)
+                return False
+            self.runtime_checked = checked
+        self.runtime = snapshot
+        self.runtime_problem = ""
+        return True
+
+    async def report_runtime(self, body: kopf.Body, reason: str, message: str, logger: kopf.Logger) -> None:
+        """Condition RuntimeResolved=False in the status (one write) and a Warning Event per new problem."""
+        status = self.last_status if self.last_status is not None else dict(body.get("status") or {})
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        old = list(status.get("conditions") or [])
+        condition = {
+            "type": RUNTIME_CONDITION,
+            "status": "False",
+            "reason": reason,
+            "message": message[:32768],
+            "observedGeneration": generation,
+        }
+        record = {
+            "phase": status.get("phase") or "Pending",
+            "reason": reason,
+            "message": message[:32768],
+            "observedGeneration": generation,
+            "conditions": [
+                *(c for c in old if c.get("type") != RUNTIME_CONDITION),
+                *merge_conditions(old, [condition], time.time()),
+            ],
+        }
+        self.last_status = {**status, **record}
+        previous = self.written if self.written is not None else dict(body.get("status") or {})
+        if _changed(previous, record):
+            await self.kube.patch_job_status(self.namespace, self.name, record)
+            self.written = {**previous, **record}
+        if message != self.runtime_problem:
+            self.runtime_problem = message
+            logger.warning(f"{reason}: {message}")
+            kopf.event(body, type="Warning", reason=reason, message=message)
 
     async def run(
         self,
@@ -91,7 +196,11 @@ class JobController:
         while not stopped and not self.deleted:
             interval = PROBE_IDLE_SECONDS
             try:
-                timeout = self.job_from(body).spec.failurePolicy.progressTimeoutSeconds
+                timeout = (
+                    self.job_from(body).spec.failurePolicy.progressTimeoutSeconds
+                    if self.runnable(body)
+                    else 0
+                )
                 if timeout > 0:
                     interval = probe_interval(timeout)
                     targets = probe_targets(pods_index.get((self.namespace, self.name), ()))
@@ -140,6 +249,8 @@ class JobController:
         logger: kopf.Logger,
     ) -> float:
         """One pass; returns seconds until the next pass is due without any event."""
+        if not await self.resolve_runtime(body, logger):
+            return RUNTIME_RETRY_SECONDS
         job = self.job_from(body)
         if self.support_generation != job.metadata.generation:
             for obj in support_objects(job, self.settings):
@@ -192,7 +303,7 @@ class JobController:
         if decided.resize is not None:
             old, new, reason = decided.resize
             metrics.RESIZES.labels("up" if new > old else "down").inc()
-        status = decided.status
+        status = {**decided.status, "runtime": self.runtime}
         # The decision stands even if the write fails (pods were already changed): the next pass plans
         # from it and writes it again.
         self.last_status = status

@@ -8,7 +8,14 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from llm_operator.api.models import GROUP, PLURAL, VERSION
+from llm_operator.api.models import (
+    CLUSTER_RUNTIME_KIND,
+    CLUSTER_RUNTIME_PLURAL,
+    GROUP,
+    PLURAL,
+    RUNTIME_PLURAL,
+    VERSION,
+)
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -119,6 +126,23 @@ class Kube:
             and p.status.pod_ip
             and p.metadata.deletion_timestamp is None
         ]
+
+    async def get_runtime(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A runtime object (LLMTrainingRuntime in ``namespace``, or ClusterLLMTrainingRuntime); None: 404."""
+        try:
+            if kind == CLUSTER_RUNTIME_KIND:
+                body: Any = await self.custom.get_cluster_custom_object(
+                    GROUP, VERSION, CLUSTER_RUNTIME_PLURAL, name
+                )
+            else:
+                body = await self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, RUNTIME_PLURAL, name
+                )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
+        return dict(body)
 
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (None values clear fields)."""

@@ -49,10 +49,12 @@ def test_defaults_render_exactly_the_expected_objects(helm: Helm) -> None:
     }
 
 
-def test_include_crds_renders_the_three_crds(helm: Helm) -> None:
+def test_include_crds_renders_the_five_crds(helm: Helm) -> None:
     crds = by_kind(helm.template({}, include_crds=True), "CustomResourceDefinition")
     assert {c["metadata"]["name"] for c in crds} == {
         "llmtrainingjobs.elasticllm.dev",
+        "llmtrainingruntimes.elasticllm.dev",
+        "clusterllmtrainingruntimes.elasticllm.dev",
         "clusterkopfpeerings.kopf.dev",
         "kopfpeerings.kopf.dev",
     }
@@ -185,7 +187,12 @@ def test_namespaced_mode(helm: Helm) -> None:
     (cluster_role,) = by_kind(objects, "ClusterRole")
     assert cluster_role["metadata"]["name"] == f"{FULLNAME}-nodes"
     assert cluster_role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["elasticllm.dev"],
+            "resources": ["clusterllmtrainingruntimes"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     assert "affinity" not in one(objects, "Deployment")["spec"]["template"]["spec"]
 
@@ -297,3 +304,33 @@ def test_notes_give_next_steps_and_say_when_monitors_are_skipped(helm: Helm) -> 
     assert "does not serve monitoring.coreos.com/v1\n   ServiceMonitor, so none was created" in notes
     assert "PodMonitor, so none was created" in notes
     assert "keeps the CRDs" in notes
+
+
+def test_default_runtime_is_opt_in_and_valid(helm: Helm) -> None:
+    """defaultRuntime.enabled installs a ClusterLLMTrainingRuntime for p5.48xlarge that render accepts."""
+    from llm_operator.api.validate import validate_runtime
+
+    assert not by_kind(helm.template({}), "ClusterLLMTrainingRuntime")
+    values = {
+        "defaultRuntime": {
+            "enabled": True,
+            "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-trainer:0.1.0",
+            "priorityClassName": "training",
+            "spec": {"failurePolicy": {"maxRestarts": 100}, "scheduling": {"nodeSelector": {"pool": "p5"}}},
+        }
+    }
+    (runtime,) = by_kind(helm.template(values), "ClusterLLMTrainingRuntime")
+    assert runtime["metadata"]["name"] == "p5-48xlarge" and "namespace" not in runtime["metadata"]
+    spec = runtime["spec"]
+    assert (spec["gpusPerNode"], spec["efaPerNode"], spec["sharedMemory"]) == (8, 32, "64Gi")
+    assert spec["fsx"] == {"claimName": "fsx-claim", "mountPath": "/fsx"}
+    assert spec["image"].endswith("llm-trainer:0.1.0")
+    assert "NCCL_DEBUG" in [e["name"] for e in spec["env"]]
+    assert spec["scheduling"] == {
+        "instanceTypes": ["p5.48xlarge"],
+        "priorityClassName": "training",
+        "nodeSelector": {"pool": "p5"},
+    }
+    policy = spec["failurePolicy"]
+    assert policy["maxRestarts"] == 100 and policy["pendingTimeoutSeconds"] == 300
+    assert validate_runtime(runtime) == []

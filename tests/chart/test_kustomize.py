@@ -79,7 +79,7 @@ def test_overlay_builds(kubectl_bin: Path, overlay: str) -> None:
         assert {o["metadata"]["namespace"] for o in roles} == {"ml-training"}
         assert len(roles) == 3
         (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
-        assert [r["resources"] for r in cluster_role["rules"]] == [["nodes"]]
+        assert [r["resources"] for r in cluster_role["rules"]] == [["nodes"], ["clusterllmtrainingruntimes"]]
         assert "ClusterKopfPeering" not in kinds
 
 

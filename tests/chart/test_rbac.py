@@ -14,6 +14,7 @@ RULE_KINDS = ("ClusterRole", "Role")
 IN_EVERY_SERVED_NAMESPACE = {
     ("elasticllm.dev", "llmtrainingjobs"): {"get", "list", "watch", "patch"},
     ("elasticllm.dev", "llmtrainingjobs/status"): {"get", "patch"},
+    ("elasticllm.dev", "llmtrainingruntimes"): {"get", "list", "watch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "delete"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "delete"},
@@ -21,7 +22,11 @@ IN_EVERY_SERVED_NAMESPACE = {
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
-NODES = {("", "nodes"): {"get", "list", "watch"}}
+# Cluster-scoped reads: nodes and ClusterLLMTrainingRuntimes (read-only, also in namespaced mode).
+NODES = {
+    ("", "nodes"): {"get", "list", "watch"},
+    ("elasticllm.dev", "clusterllmtrainingruntimes"): {"get", "list", "watch"},
+}
 CLUSTER_PEERING = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
 NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
 
@@ -63,7 +68,9 @@ def test_cluster_wide_grants_exactly_the_contract(helm: Helm) -> None:
 def test_namespaced_grants_exactly_the_contract_per_namespace(helm: Helm) -> None:
     roles = all_roles(helm, "namespaced")
     cluster_roles = by_kind(roles, "ClusterRole")
-    assert [grants(r) for r in cluster_roles] == [NODES], "cluster scope: nodes, read-only, nothing else"
+    assert [grants(r) for r in cluster_roles] == [NODES], (
+        "cluster scope: nodes and cluster runtimes, read-only"
+    )
     namespaced = by_kind(roles, "Role")
     assert sorted(r["metadata"]["namespace"] for r in namespaced) == ["team-a", "team-b"]
     for role in namespaced:
@@ -109,3 +116,16 @@ def test_podgroup_creation_is_opt_in(helm: Helm) -> None:
     namespaced = helm.template({**VALUES["namespaced"], "rbac": {"create": True, "podGroups": True}})
     for role in by_kind(namespaced, "Role"):
         assert grants(role)[podgroups] == {"create"}
+
+
+@pytest.mark.parametrize("name", VALUE_SET_NAMES)
+def test_runtimes_are_read_only(helm: Helm, name: str) -> None:
+    """Runtimes belong to the platform team: the operator may read them, never write them."""
+    runtimes = {"llmtrainingruntimes", "clusterllmtrainingruntimes"}
+    seen = set()
+    for role in all_roles(helm, name):
+        for (group, resource), verbs in grants(role).items():
+            if resource.split("/")[0] in runtimes:
+                assert group == "elasticllm.dev" and verbs == {"get", "list", "watch"}, (resource, verbs)
+                seen.add(resource)
+    assert seen == runtimes

@@ -52,6 +52,8 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         "/extraEnv/0/name",
     ),
     ("PDB maxUnavailable zero", {"podDisruptionBudget": {"maxUnavailable": 0}}, "maxUnavailable"),
+    ("default runtime misspelt key", {"defaultRuntime": {"enable": True}}, "enable"),
+    ("default runtime name not DNS", {"defaultRuntime": {"name": "P5_Big"}}, "/defaultRuntime/name"),
 ]
 
 

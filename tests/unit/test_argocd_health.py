@@ -92,6 +92,16 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     ("running at explicit size", job(replicas=3, status=ready("Running", 3)), "Healthy", "3/3"),
     (
+        "runtime supplies maxReplicas: desired size from the status",
+        job(
+            maxReplicas=None,
+            runtimeRef={"name": "p5"},
+            status={"phase": "Running", "readyReplicas": 3, "targetReplicas": 3, "desiredReplicas": 4},
+        ),
+        "Degraded",
+        "3/4 workers ready",
+    ),
+    (
         "running above explicit size (scale-down in flight)",
         job(replicas=2, status=ready("Running", 3)),
         "Healthy",

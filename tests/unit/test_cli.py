@@ -80,3 +80,13 @@ def test_crd_command_matches_committed_file() -> None:
     result = _llmjob("crd")
     assert result.returncode == 0
     assert result.stdout == (ROOT / "crds/elasticllm.dev_llmtrainingjobs.yaml").read_text()
+
+
+def test_crd_command_prints_the_runtime_crds() -> None:
+    for kind, plural in (
+        ("LLMTrainingRuntime", "llmtrainingruntimes"),
+        ("ClusterLLMTrainingRuntime", "clusterllmtrainingruntimes"),
+    ):
+        result = _llmjob("crd", "--kind", kind)
+        assert result.returncode == 0
+        assert result.stdout == (ROOT / f"crds/elasticllm.dev_{plural}.yaml").read_text()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from llm_operator.api.crd import crd, crd_yaml
+from llm_operator.api.crd import CRD_KINDS, crd, crd_file, crd_yaml, documented_spec_schema, runtime_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "elasticllm.dev_llmtrainingjobs.yaml"
@@ -14,12 +14,14 @@ CRD_FILE = ROOT / "crds" / "elasticllm.dev_llmtrainingjobs.yaml"
 
 def test_committed_crd_matches_models() -> None:
     assert CRD_FILE.read_text() == crd_yaml(), "crds/ is stale: run `make crds`"
+    for kind in CRD_KINDS:
+        assert (ROOT / "crds" / crd_file(kind)).read_text() == crd_yaml(kind), f"{kind}: run `make crds`"
 
 
 def test_chart_crd_matches_root_copy() -> None:
-    chart_copy = ROOT / "charts" / "elastic-llm-operator" / "crds" / CRD_FILE.name
-    if chart_copy.exists():
-        assert chart_copy.read_text() == CRD_FILE.read_text(), "chart CRD is stale: run `make crds`"
+    for kind in CRD_KINDS:
+        chart_copy = ROOT / "charts" / "elastic-llm-operator" / "crds" / crd_file(kind)
+        assert chart_copy.read_text() == (ROOT / "crds" / crd_file(kind)).read_text(), "run `make crds`"
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
@@ -59,8 +61,36 @@ def test_subresources_columns_and_names() -> None:
     assert "llmjob" in spec["names"]["shortNames"] and "all" in spec["names"]["categories"]
 
 
+def _defaults(node: dict[str, Any], path: str = "spec") -> list[str]:
+    found = [path] if "default" in node else []
+    for key, prop in node.get("properties", {}).items():
+        found += _defaults(prop, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        found += _defaults(node["items"], f"{path}[]")
+    return found
+
+
+def test_stored_specs_have_no_defaults_and_runtimes_no_required_fields() -> None:
+    """A field a job leaves out may come from its runtime: the apiserver must not fill it in."""
+    job_spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert _defaults(job_spec) == []
+    assert "required" not in job_spec and "required" not in job_spec["properties"]["fsx"]
+    rules = [r["rule"] for r in job_spec["x-kubernetes-validations"]]
+    assert "has(self.runtimeRef) || has(self.image)" in rules
+    for kind, scope in (("LLMTrainingRuntime", "Namespaced"), ("ClusterLLMTrainingRuntime", "Cluster")):
+        definition = runtime_crd(kind)
+        assert definition["spec"]["scope"] == scope
+        version = definition["spec"]["versions"][0]
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        assert _defaults(spec) == [] and "required" not in spec
+        assert "runtimeRef" not in spec["properties"]
+        assert set(spec["properties"]) == set(job_spec["properties"]) - {"runtimeRef"}
+        assert not any("runtimeRef" in r["rule"] for r in spec["x-kubernetes-validations"])
+        assert "subresources" not in version
+
+
 def test_defaults_reach_nested_objects() -> None:
-    props = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    props = documented_spec_schema()["properties"]
     assert props["failurePolicy"]["default"] == {}
     assert props["failurePolicy"]["properties"]["nodeFailureGraceSeconds"]["default"] == 30
     assert props["rendezvous"]["properties"]["backend"]["enum"] == ["etcd-v3", "c10d"]

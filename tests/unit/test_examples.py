@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator.api.models import LLMTrainingJob
+from llm_operator.api.models import CLUSTER_RUNTIME_KIND, LLMTrainingJob
+from llm_operator.api.runtime import describe, is_runtime, merge, ref_of, runtime_key
 from llm_operator.builders.worker import worker_pod
 from llm_trainer.cli import parse_train_args
 from llm_trainer.config import TrainConfig, model_config
@@ -32,15 +33,32 @@ TRAINER_ENTRY = ["python", "-m", "llm_trainer"]
 VOLUME_MANIFESTS = sorted((ROOT / "deploy" / "fsx").glob("*.yaml")) + sorted(EXAMPLES.glob("*/*.yaml"))
 
 
+def _docs(path: Path) -> list[Any]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
 def example_files() -> list[Path]:
-    files = sorted(EXAMPLES.glob("*.yaml"))
+    """Every example job (runtimes are examples too, checked through the jobs that use them)."""
+    files = [p for p in sorted(EXAMPLES.glob("*.yaml")) if not all(is_runtime(d) for d in _docs(p))]
     assert files, "deploy/examples holds no example"
     return files
 
 
+def shipped_runtimes() -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {runtime_key(d): d for p in sorted(EXAMPLES.glob("*.yaml")) for d in _docs(p) if is_runtime(d)}
+
+
 def load_job(path: Path) -> dict[str, Any]:
-    (doc,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    """The example's job, merged over the shipped runtime it names (what the operator runs)."""
+    (doc,) = _docs(path)
     assert isinstance(doc, dict) and doc["kind"] == "LLMTrainingJob"
+    ref = ref_of(doc["spec"])
+    if ref is not None:
+        kind, name = ref
+        ns = "" if kind == CLUSTER_RUNTIME_KIND else doc["metadata"]["namespace"]
+        runtime = shipped_runtimes().get((kind, ns, name))
+        assert runtime is not None, f"{path.name} names {describe(kind, name)}, which no example ships"
+        doc["spec"] = merge(runtime["spec"], doc["spec"], describe(kind, name)).spec
     return doc
 
 
@@ -243,3 +261,14 @@ def test_the_check_catches_broken_examples(
     except pytest.fail.Exception as failure:
         problems = [str(failure)]
     assert any(expected in p for p in problems), problems
+
+
+def test_short_job_with_the_p5_runtime_runs_the_same_workers_as_the_long_one() -> None:
+    """The runtime example carries everything the 8B job repeats: the short job's workers match it."""
+    long_job = load_job(EXAMPLES / "llama-8b-p5.yaml")
+    short_job = load_job(EXAMPLES / "llama-8b-p5-runtime.yaml")
+    (long_c,) = worker_pod(LLMTrainingJob.model_validate(long_job), 0, 0)["spec"]["containers"]
+    (short_c,) = worker_pod(LLMTrainingJob.model_validate(short_job), 0, 0)["spec"]["containers"]
+    for key in ("image", "resources", "volumeMounts", "securityContext"):
+        assert short_c.get(key) == long_c.get(key), key
+    assert short_c["args"] == long_c["args"]

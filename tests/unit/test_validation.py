@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator.api.validate import validate
+from llm_operator.api.runtime import is_runtime, ref_of, runtime_key
+from llm_operator.api.validate import validate, validate_runtime
 
 from .jobs import manifest
 
@@ -126,11 +127,24 @@ def test_all_problems_reported_at_once() -> None:
     assert len(validate(doc).problems) >= 2
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "deploy" / "examples").glob("*.yaml")), ids=lambda p: p.name)
+EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_are_valid(path: Path) -> None:
+    runtimes = {
+        runtime_key(d): d for p in EXAMPLES for d in yaml.safe_load_all(p.read_text()) if is_runtime(d)
+    }
     for doc in yaml.safe_load_all(path.read_text()):
+        if is_runtime(doc):
+            assert validate_runtime(doc) == []
         if doc and doc.get("kind") == "LLMTrainingJob":
-            result = validate(doc)
+            ref = ref_of(doc["spec"])
+            runtime = None
+            if ref is not None:
+                ns = "" if ref[0] == "ClusterLLMTrainingRuntime" else doc["metadata"]["namespace"]
+                runtime = runtimes[(ref[0], ns, ref[1])]
+            result = validate(doc, runtime)
             assert result.problems == [] and result.job is not None
 
 

@@ -67,6 +67,9 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 - apiGroups: [elasticllm.dev]
   resources: [llmtrainingjobs/status]
   verbs: [get, patch]
+- apiGroups: [elasticllm.dev]
+  resources: [llmtrainingruntimes]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
@@ -100,10 +103,13 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 {{- end }}
 {{- end }}
 
-{{/* Nodes are cluster-scoped: even a namespaced install needs a ClusterRole for them. */}}
+{{/* Nodes and cluster runtimes are cluster-scoped: even a namespaced install needs a ClusterRole for them. */}}
 {{- define "llmop.nodeRules" -}}
 - apiGroups: [""]
   resources: [nodes]
+  verbs: [get, list, watch]
+- apiGroups: [elasticllm.dev]
+  resources: [clusterllmtrainingruntimes]
   verbs: [get, list, watch]
 {{- if include "llmop.kueueEnabled" . }}
 - apiGroups: [kueue.x-k8s.io]

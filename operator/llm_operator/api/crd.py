@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel
 
 from llm_operator.api import models
-from llm_operator.api.rules import QUANTITY_PATTERN, RULES_JOB
+from llm_operator.api.rules import QUANTITY_PATTERN, RULES_JOB, RULES_JOB_SPEC
 
 _DROP = {"title", "discriminator"}
 
@@ -105,9 +105,47 @@ def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
+def documented_spec_schema() -> dict[str, Any]:
+    """The job spec's schema with the API defaults, as docs/api.md shows them.
+
+    The CRDs carry no spec defaults (see ``input_spec``); the operator and `llmjob render` apply these
+    to the merged spec through the models.
+    """
+    return _model_schema(models.LLMTrainingJobSpec)
+
+
+def _strip_defaults(node: dict[str, Any]) -> None:
+    node.pop("default", None)
+    for prop in node.get("properties", {}).values():
+        _strip_defaults(prop)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _strip_defaults(node[key])
+
+
+def input_spec(kind: str = models.KIND) -> dict[str, Any]:
+    """The spec schema a job or runtime is stored with: no defaults, no required top-level fields.
+
+    A job's spec may leave any field to its runtime, so the apiserver must not fill in defaults (they
+    would always win over the runtime) and cannot require what a runtime may supply: a job without
+    spec.runtimeRef still must set minReplicas, maxReplicas, image and fsx.claimName (RULES_JOB_SPEC).
+    A runtime's spec has every field of a job's but runtimeRef, all optional.
+    """
+    spec = copy.deepcopy(documented_spec_schema())
+    _strip_defaults(spec)
+    spec.pop("required", None)
+    if kind == models.KIND:
+        spec["properties"]["fsx"].pop("required", None)
+        spec["x-kubernetes-validations"] = [*spec.get("x-kubernetes-validations", []), *RULES_JOB_SPEC]
+    else:
+        del spec["properties"]["runtimeRef"]
+        spec["description"] = "Job fields this runtime supplies (all optional); a job's own fields win."
+    return spec
+
+
 def openapi_schema() -> dict[str, Any]:
     """The openAPIV3Schema of the CRD: spec and status generated, metadata left to the apiserver."""
-    spec = _model_schema(models.LLMTrainingJobSpec)
+    spec = input_spec(models.KIND)
     status = _model_schema(models.LLMTrainingJobStatus)
     return {
         "type": "object",
@@ -135,6 +173,83 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+
+def runtime_schema(kind: str) -> dict[str, Any]:
+    """The openAPIV3Schema of a runtime CRD."""
+    return {
+        "type": "object",
+        "description": (models.LLMTrainingRuntime.__doc__ or "").split("\n")[0],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "elasticllm.dev/v1alpha1"},
+            "kind": {"type": "string", "description": kind},
+            "metadata": {"type": "object"},
+            "spec": input_spec(kind),
+        },
+    }
+
+
+RUNTIME_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Image", "type": "string", "jsonPath": ".spec.image"},
+    {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gpusPerNode"},
+    {"name": "EFA", "type": "integer", "jsonPath": ".spec.efaPerNode"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+RUNTIME_NAMES: dict[str, dict[str, Any]] = {
+    models.RUNTIME_KIND: {
+        "plural": models.RUNTIME_PLURAL,
+        "shortNames": ["llmruntime"],
+        "scope": "Namespaced",
+    },
+    models.CLUSTER_RUNTIME_KIND: {
+        "plural": models.CLUSTER_RUNTIME_PLURAL,
+        "shortNames": ["cllmruntime"],
+        "scope": "Cluster",
+    },
+}
+
+
+def runtime_crd(kind: str) -> dict[str, Any]:
+    """The CustomResourceDefinition of LLMTrainingRuntime or ClusterLLMTrainingRuntime."""
+    names = RUNTIME_NAMES[kind]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{names['plural']}.{models.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "elastic-llm-operator"},
+        },
+        "spec": {
+            "group": models.GROUP,
+            "scope": names["scope"],
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": names["plural"],
+                "singular": kind.lower(),
+                "shortNames": names["shortNames"],
+                "categories": ["elasticllm"],
+            },
+            "versions": [
+                {
+                    "name": models.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": runtime_schema(kind)},
+                    "additionalPrinterColumns": RUNTIME_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+CRD_KINDS = (models.KIND, *models.RUNTIME_KINDS)
+
+
+def crd_file(kind: str = models.KIND) -> str:
+    """File name of a kind's CRD in crds/ and the chart."""
+    plural = models.PLURAL if kind == models.KIND else RUNTIME_NAMES[kind]["plural"]
+    return f"{models.GROUP}_{plural}.yaml"
 
 
 def crd() -> dict[str, Any]:
@@ -178,7 +293,12 @@ def crd() -> dict[str, Any]:
     }
 
 
-def crd_yaml() -> str:
+def crd_yaml(kind: str = models.KIND) -> str:
     """The CRD as the YAML committed in crds/ (a test fails when they differ)."""
-    header = "# Generated by `llmjob crd` (make crds) from llm_operator.api.models. Do not edit.\n"
-    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+    if kind == models.KIND:
+        header = "# Generated by `llmjob crd` (make crds) from llm_operator.api.models. Do not edit.\n"
+        return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+    header = (
+        f"# Generated by `llmjob crd --kind {kind}` (make crds) from llm_operator.api.models. Do not edit.\n"
+    )
+    return header + yaml.safe_dump(runtime_crd(kind), sort_keys=False, width=120)

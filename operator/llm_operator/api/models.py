@@ -29,6 +29,11 @@ PLURAL = "llmtrainingjobs"
 SINGULAR = "llmtrainingjob"
 SHORT_NAMES = ["llmjob", "llmjobs"]
 CATEGORIES = ["all", "elasticllm"]
+RUNTIME_KIND = "LLMTrainingRuntime"
+RUNTIME_PLURAL = "llmtrainingruntimes"
+CLUSTER_RUNTIME_KIND = "ClusterLLMTrainingRuntime"
+CLUSTER_RUNTIME_PLURAL = "clusterllmtrainingruntimes"
+RUNTIME_KINDS = (RUNTIME_KIND, CLUSTER_RUNTIME_KIND)
 
 Quantity = int | str
 PHASES = ("Pending", "Queued", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed")
@@ -167,10 +172,24 @@ class Scheduling(_Model):
     """Create a PodGroup (scheduling.x-k8s.io, minMember = minReplicas) for gang-aware schedulers."""
 
 
+class RuntimeRef(_Model):
+    """The runtime (platform defaults) a job starts from."""
+
+    kind: Literal["LLMTrainingRuntime", "ClusterLLMTrainingRuntime"] = "LLMTrainingRuntime"
+    """LLMTrainingRuntime (in the job's namespace) or ClusterLLMTrainingRuntime (cluster-wide)."""
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the runtime."""
+
+
 class LLMTrainingJobSpec(_Model):
     """The desired state of an elastic training job."""
 
     model_config = ConfigDict(json_schema_extra=_cel(RULES_SPEC))
+
+    runtimeRef: RuntimeRef | None = None
+    """A runtime whose spec gives this job's defaults: the job's own fields win, env and tolerations
+    merge by name, job last (docs/platform.md). The operator copies the runtime into status.runtime
+    when it first resolves it: later edits of the runtime do not change this job."""
 
     minReplicas: int = Field(ge=1, le=4096)
     """Fewest worker nodes the job may run on."""
@@ -236,6 +255,23 @@ class Condition(_Model):
     """The spec generation the condition was computed from."""
 
 
+class RuntimeSnapshot(_Model):
+    """The runtime a job resolved, as it was then (the job keeps using this copy)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str = ""
+    """LLMTrainingRuntime or ClusterLLMTrainingRuntime."""
+    name: str = ""
+    """Name of the runtime."""
+    resourceVersion: str = ""
+    """The runtime's resourceVersion when the job copied it."""
+    spec: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """The runtime's spec as copied; merged under the job's own spec on every pass."""
+
+
 class LLMTrainingJobStatus(_Model):
     """What the operator observed and decided (written once per reconcile pass)."""
 
@@ -273,6 +309,8 @@ class LLMTrainingJobStatus(_Model):
     """Since when fewer than minReplicas workers run (RFC 3339); unset when at or above."""
     rendezvousEndpoint: str = ""
     """The endpoint the workers use."""
+    runtime: RuntimeSnapshot | None = None
+    """The runtime named by spec.runtimeRef, copied when the job first resolved it."""
 
 
 class ObjectMeta(_Model):
@@ -321,3 +359,35 @@ class LLMTrainingJob(_Model):
         if self.spec.nprocPerNode is not None:
             return self.spec.nprocPerNode
         return self.spec.gpusPerNode or 1
+
+
+class RuntimeMeta(_Model):
+    """The part of a runtime's metadata that render and the operator read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=253)
+    """Runtime name."""
+    namespace: str = ""
+    """Namespace (LLMTrainingRuntime only)."""
+    resourceVersion: str = ""
+    """Set by the apiserver."""
+
+
+class LLMTrainingRuntime(_Model):
+    """Platform defaults that jobs name in spec.runtimeRef (LLMTrainingRuntime or ClusterLLMTrainingRuntime).
+
+    ``spec`` takes the fields of a job's spec, all optional; it is kept as data here and checked by
+    ``llm_operator.api.runtime`` (types, and the CEL rules once merged with a job).
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    apiVersion: Literal["elasticllm.dev/v1alpha1"] = "elasticllm.dev/v1alpha1"
+    """elasticllm.dev/v1alpha1"""
+    kind: Literal["LLMTrainingRuntime", "ClusterLLMTrainingRuntime"]
+    """LLMTrainingRuntime (namespaced) or ClusterLLMTrainingRuntime (cluster-scoped)."""
+    metadata: RuntimeMeta
+    """Standard object metadata."""
+    spec: dict[str, Any] = Field(default_factory=dict)
+    """The job fields this runtime supplies."""

@@ -75,59 +75,93 @@ RULES_JOB: list[dict[str, str]] = [
     ),
 ]
 
+# The spec rules hold on a job's spec as written (no defaults: a field the job leaves out may come from
+# its runtime, so the apiserver cannot fill it in), on a runtime's spec, and on the merged spec that
+# `llmjob render` and the operator check: every rule tolerates an absent field and uses the API default
+# (gpusPerNode 8, fsx.mountPath /fsx, rendezvous.backend etcd-v3) where the rule needs one.
+_MOUNT = "(has(self.fsx.mountPath) ? self.fsx.mountPath : '/fsx')"
+_HAS_FP = "has(self.failurePolicy)"
+
 RULES_SPEC: list[dict[str, str]] = [
     _rule(
-        "self.minReplicas <= self.maxReplicas",
+        "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
         "'spec.minReplicas (' + string(self.minReplicas) + ') must be <= spec.maxReplicas ('"
         " + string(self.maxReplicas) + ')'",
         ".minReplicas",
         static="spec.minReplicas must be <= spec.maxReplicas",
     ),
     _rule(
-        "!has(self.replicas) || (self.replicas >= self.minReplicas && self.replicas <= self.maxReplicas)",
+        "!has(self.replicas) || ((!has(self.minReplicas) || self.replicas >= self.minReplicas)"
+        " && (!has(self.maxReplicas) || self.replicas <= self.maxReplicas))",
         "'spec.replicas (' + string(self.replicas) + ') must be within [spec.minReplicas,"
         " spec.maxReplicas] = [' + string(self.minReplicas) + ', ' + string(self.maxReplicas) + ']'",
         ".replicas",
         static="spec.replicas must be within [spec.minReplicas, spec.maxReplicas]",
     ),
     _rule(
-        "!has(self.fsx) || !has(self.checkpointDir) || self.checkpointDir == self.fsx.mountPath"
-        " || self.checkpointDir.startsWith(self.fsx.mountPath.endsWith('/') ? self.fsx.mountPath"
-        " : self.fsx.mountPath + '/')",
+        "!has(self.fsx) || !has(self.checkpointDir) || (has(self.fsx.mountPath)"
+        " ? (self.checkpointDir == self.fsx.mountPath || self.checkpointDir.startsWith("
+        "self.fsx.mountPath.endsWith('/') ? self.fsx.mountPath : self.fsx.mountPath + '/'))"
+        " : (self.checkpointDir == '/fsx' || self.checkpointDir.startsWith('/fsx/')))",
         "'spec.checkpointDir (' + self.checkpointDir + ') must be under spec.fsx.mountPath ('"
-        " + self.fsx.mountPath + ') so every worker sees the same checkpoints'",
+        f" + {_MOUNT} + ') so every worker sees the same checkpoints'",
         ".checkpointDir",
     ),
     _rule(
-        "self.rendezvous.backend in ['etcd-v3', 'c10d']",
+        "!has(self.rendezvous) || !has(self.rendezvous.backend)"
+        " || self.rendezvous.backend in ['etcd-v3', 'c10d']",
         "'spec.rendezvous.backend (' + self.rendezvous.backend + ') must be one of etcd-v3, c10d'",
         ".rendezvous.backend",
         "FieldValueInvalid",
     ),
     _rule(
-        "self.rendezvous.endpoint == '' || self.rendezvous.endpoint.matches('^[A-Za-z0-9.-]+:[0-9]{1,5}$')",
+        "!has(self.rendezvous) || !has(self.rendezvous.endpoint) || self.rendezvous.endpoint == ''"
+        " || self.rendezvous.endpoint.matches('^[A-Za-z0-9.-]+:[0-9]{1,5}$')",
         "'spec.rendezvous.endpoint (' + self.rendezvous.endpoint + ') must be host:port, or empty for an"
         " operator-managed rendezvous server'",
         ".rendezvous.endpoint",
     ),
     _rule(
-        "!has(self.nprocPerNode) || self.gpusPerNode == 0 || self.nprocPerNode <= self.gpusPerNode",
+        "!has(self.nprocPerNode) || (has(self.gpusPerNode)"
+        " ? (self.gpusPerNode == 0 || self.nprocPerNode <= self.gpusPerNode) : self.nprocPerNode <= 8)",
         "'spec.nprocPerNode (' + string(self.nprocPerNode) + ') must be <= spec.gpusPerNode ('"
-        " + string(self.gpusPerNode) + '): one process per GPU at most'",
+        " + string(has(self.gpusPerNode) ? self.gpusPerNode : 8) + '): one process per GPU at most'",
         ".nprocPerNode",
         static="spec.nprocPerNode must be <= spec.gpusPerNode: one process per GPU at most",
     ),
     _rule(
-        "self.failurePolicy.recovery != 'inProcess' || self.rendezvous.backend == 'etcd-v3'",
+        f"!{_HAS_FP} || !has(self.failurePolicy.recovery) || self.failurePolicy.recovery != 'inProcess'"
+        " || !has(self.rendezvous) || !has(self.rendezvous.backend) || self.rendezvous.backend == 'etcd-v3'",
         "'spec.failurePolicy.recovery inProcess needs spec.rendezvous.backend etcd-v3 (live membership"
         " uses etcd leases and watches, which the c10d store lacks)'",
         ".failurePolicy.recovery",
     ),
     _rule(
-        "self.failurePolicy.nonRetryableExitCodes.all(c, c >= 1 && c <= 255)",
+        f"!{_HAS_FP} || !has(self.failurePolicy.nonRetryableExitCodes)"
+        " || self.failurePolicy.nonRetryableExitCodes.all(c, c >= 1 && c <= 255)",
         "'spec.failurePolicy.nonRetryableExitCodes must be exit codes in [1, 255]'",
         ".failurePolicy.nonRetryableExitCodes",
     ),
+]
+
+
+def _required(field: str, check: str = "") -> dict[str, str]:
+    return _rule(
+        f"has(self.runtimeRef) || {check or f'has(self.{field})'}",
+        f"'spec.{field} is required (or spec.runtimeRef naming a runtime that sets it)'",
+        f".{field}",
+        "FieldValueRequired",
+    )
+
+
+# A job's spec only (not a runtime's): what a job without spec.runtimeRef must set itself. With a
+# runtimeRef the apiserver cannot know what the runtime supplies; the operator and `llmjob render`
+# check the merged spec (docs/decisions.md, R2).
+RULES_JOB_SPEC: list[dict[str, str]] = [
+    _required("minReplicas"),
+    _required("maxReplicas"),
+    _required("image"),
+    _required("fsx.claimName", "!has(self.fsx) || has(self.fsx.claimName)"),
 ]
 
 RULES_ENV_VAR: list[dict[str, str]] = [
@@ -150,7 +184,8 @@ RULES_ENV_VAR: list[dict[str, str]] = [
 
 RULES_FSX: list[dict[str, str]] = [
     _rule(
-        "self.mountPath.startsWith('/') && self.mountPath != '/' && !self.mountPath.contains('..')",
+        "!has(self.mountPath) || (self.mountPath.startsWith('/') && self.mountPath != '/'"
+        " && !self.mountPath.contains('..'))",
         "'spec.fsx.mountPath (' + self.mountPath + ') must be an absolute path other than / without ..'",
         ".mountPath",
     ),

@@ -4,6 +4,10 @@ Two layers, in the apiserver's order: the schema (types, bounds, enums, unknown 
 the pydantic models the schema is generated from), then every ``x-kubernetes-validations`` CEL rule
 of the generated CRD, evaluated with cel-python on the defaulted object. Each problem is one line
 naming the field.
+
+A job with ``spec.runtimeRef`` is checked after its runtime's spec is merged under its own
+(``llm_operator.api.runtime``): the line then also says where each named field came from, the job or
+the runtime. The operator checks what it runs the same way.
 """
 
 from __future__ import annotations
@@ -19,8 +23,12 @@ from celpy.adapter import json_to_cel
 from pydantic import ValidationError
 
 from llm_operator.api import crd
-from llm_operator.api.models import API_VERSION, KIND, LLMTrainingJob
+from llm_operator.api.models import API_VERSION, KIND, RUNTIME_KINDS, LLMTrainingJob
 from llm_operator.api.rules import DETAILS, QUANTITY_PATTERN
+from llm_operator.api.runtime import Merged, annotate, describe, merge, ref_of, runtime_spec_model
+
+Problem = tuple[str, str]
+"""(field path, one-line message)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,8 @@ class Result:
 
     job: LLMTrainingJob | None
     problems: list[str]
+    merged: Merged | None = None
+    """The merged spec and its origins, for a job with spec.runtimeRef whose runtime was found."""
 
 
 def _loc(parts: tuple[int | str, ...]) -> str:
@@ -43,10 +53,13 @@ def _loc(parts: tuple[int | str, ...]) -> str:
     return out
 
 
-def _pydantic_problems(error: ValidationError) -> list[str]:
-    seen: dict[str, str] = {}
+def pydantic_problems(error: ValidationError, prefix: str = "") -> list[Problem]:
+    """One (path, line) per field of a pydantic error; ``prefix`` is the path of the validated object."""
+    seen: dict[str, Problem] = {}
     for item in error.errors(include_url=False):
         where = _loc(tuple(item["loc"]))
+        if prefix:
+            where = f"{prefix}.{where}" if where else prefix
         kind = item["type"]
         if kind == "extra_forbidden":
             message = "unknown field"
@@ -58,14 +71,14 @@ def _pydantic_problems(error: ValidationError) -> list[str]:
                 message += f" (got {item['input']!r})"
         if where in seen and where.endswith(("cpu", "memory", "sharedMemory", "ephemeralStorage")):
             continue  # one line per quantity, not one per union branch
-        seen.setdefault(where, f"{where}: {message}")
+        seen.setdefault(where, (where, f"{where}: {message}"))
     return list(seen.values())
 
 
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 
 
-def _quantity_problems(job: LLMTrainingJob) -> list[str]:
+def _quantity_problems(job: LLMTrainingJob) -> list[Problem]:
     res = job.spec.resources
     fields = {
         "spec.resources.cpu": res.cpu,
@@ -74,7 +87,7 @@ def _quantity_problems(job: LLMTrainingJob) -> list[str]:
         "spec.sharedMemory": job.spec.sharedMemory,
     }
     return [
-        f"{name}: {value!r} is not a Kubernetes quantity (e.g. 64Gi, 500m, 180)"
+        (name, f"{name}: {value!r} is not a Kubernetes quantity (e.g. 64Gi, 500m, 180)")
         for name, value in fields.items()
         if isinstance(value, str) and not _QUANTITY.match(value)
     ]
@@ -90,22 +103,25 @@ def _evaluate(expression: str, value: Any) -> Any:
     return _program(expression).evaluate({"self": json_to_cel(value)})
 
 
-def _rules_at(schema: dict[str, Any], value: Any, path: str) -> Iterator[str]:
+def _rules_at(schema: dict[str, Any], value: Any, path: str) -> Iterator[Problem]:
     for rule in schema.get("x-kubernetes-validations", []):
+        where = f"{path}{rule.get('fieldPath', '')}"
         try:
             ok = bool(_evaluate(rule["rule"], value))
         except Exception as exc:  # a rule that cannot be evaluated is itself a finding
-            yield f"{path or '<root>'}: rule {rule['rule']!r} could not be evaluated: {exc}"
+            yield where, f"{path or '<root>'}: rule {rule['rule']!r} could not be evaluated: {exc}"
             continue
-        if not ok:
-            expression = DETAILS.get(rule["rule"]) or rule.get("messageExpression")
-            if expression:
-                yield str(_evaluate(expression, value))
-            else:
-                yield f"{path}{rule.get('fieldPath', '')}: {rule.get('message', 'failed ' + rule['rule'])}"
+        if ok:
+            continue
+        static = f"{where}: {rule.get('message', 'failed ' + rule['rule'])}"
+        expression = DETAILS.get(rule["rule"]) or rule.get("messageExpression")
+        try:
+            yield where, str(_evaluate(expression, value)) if expression else static
+        except Exception:  # a detail that needs a field the value lacks (a runtime's partial spec)
+            yield where, rule.get("message") or static
 
 
-def _walk(schema: dict[str, Any], value: Any, path: str) -> Iterator[str]:
+def _walk(schema: dict[str, Any], value: Any, path: str) -> Iterator[Problem]:
     if value is None:
         return
     yield from _rules_at(schema, value, path)
@@ -127,7 +143,12 @@ def _schema() -> dict[str, Any]:
     return crd.openapi_schema()
 
 
-def cel_problems(job: LLMTrainingJob) -> list[str]:
+def runtime_cel_problems(kind: str, spec: dict[str, Any]) -> list[Problem]:
+    """The runtime CRD's CEL rules on a runtime's spec as written."""
+    return list(_walk(crd.input_spec(kind), spec, "spec"))
+
+
+def cel_problems(job: LLMTrainingJob) -> list[Problem]:
     """Every CEL rule of the CRD evaluated on the defaulted job (metadata, spec)."""
     data = {
         "apiVersion": job.apiVersion,
@@ -140,8 +161,17 @@ def cel_problems(job: LLMTrainingJob) -> list[str]:
     return list(_walk(schema, data, ""))
 
 
-def validate(manifest: Any) -> Result:
-    """Validate one manifest (a parsed YAML document)."""
+def _result(problems: list[Problem], merged: Merged | None, job: LLMTrainingJob | None = None) -> Result:
+    lines = [annotate(path, message, merged) for path, message in problems]
+    return Result(None if lines else job, lines, merged)
+
+
+def validate(manifest: Any, runtime: dict[str, Any] | None = None) -> Result:
+    """Validate one job manifest (a parsed YAML document).
+
+    ``runtime`` is the runtime object its ``spec.runtimeRef`` names (None: not found); a job without
+    runtimeRef ignores it. With one, the checks run on the merged spec.
+    """
     if not isinstance(manifest, dict):
         return Result(None, [f"manifest must be a mapping (an object), got {type(manifest).__name__}"])
     problems: list[str] = []
@@ -152,9 +182,44 @@ def validate(manifest: Any) -> Result:
     if problems:
         return Result(None, problems)
     body = {k: v for k, v in manifest.items() if k != "status"}
+    merged = None
+    ref = ref_of(body.get("spec"))
+    if ref is not None:
+        kind, name = ref
+        if runtime is None:
+            return Result(None, [f"spec.runtimeRef: {describe(kind, name)} not found"])
+        merged = merge(runtime.get("spec") or {}, body["spec"], describe(kind, name))
+        body["spec"] = merged.spec
     try:
         job = LLMTrainingJob.model_validate(body)
     except ValidationError as exc:
-        return Result(None, _pydantic_problems(exc))
-    problems = _quantity_problems(job) + cel_problems(job)
-    return Result(None if problems else job, problems)
+        return _result(pydantic_problems(exc), merged)
+    return _result(_quantity_problems(job) + cel_problems(job), merged, job)
+
+
+def validate_runtime(doc: dict[str, Any]) -> list[str]:
+    """Problems of one runtime document on its own: its spec's types and bounds, and the runtime CRD's
+    CEL rules on what it sets (rules across a job and its runtime are checked on the merged spec)."""
+    problems: list[Problem] = []
+    if doc.get("apiVersion") != API_VERSION:
+        problems.append(("apiVersion", f"apiVersion ({doc.get('apiVersion')!r}) must be {API_VERSION}"))
+    kind = str(doc.get("kind"))
+    if kind not in RUNTIME_KINDS:
+        problems.append(("kind", f"kind ({kind!r}) must be one of {', '.join(RUNTIME_KINDS)}"))
+        return [m for _, m in problems]
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("name"):
+        problems.append(("metadata.name", "metadata.name: required field is missing"))
+    spec = doc.get("spec") or {}
+    if not isinstance(spec, dict):
+        return [*(m for _, m in problems), "spec: must be a mapping (an object)"]
+    if "runtimeRef" in spec:
+        problems.append(("spec.runtimeRef", "spec.runtimeRef: unknown field (a runtime cannot name another)"))
+        spec = {k: v for k, v in spec.items() if k != "runtimeRef"}
+    try:
+        runtime_spec_model().model_validate(spec)
+    except ValidationError as exc:
+        problems += pydantic_problems(exc, "spec")
+    else:
+        problems += runtime_cel_problems(kind, spec)
+    return [m for _, m in problems]
