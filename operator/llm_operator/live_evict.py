@@ -1,7 +1,7 @@
 """Remove a lost worker's live members from the job's etcd at once (failurePolicy.recovery inProcess).
 
 The training processes of an inProcess job are members of a live membership in the job's etcd
-(``llm_trainer.live``): one lease-backed key ``<prefix>members/<pod>.<pid>`` per process. When the
+(``llm_elastic.live``): one lease-backed key ``<prefix>members/<pod>.<pid>`` per process. When the
 operator gives up on a worker (its node is gone or not ready, its pod failed, it stalled), it deletes that
 pod's keys before it deletes the pod, so the survivors re-form at once instead of waiting for the dead
 members' leases to expire. One ``deleterange`` call per pod through etcd's JSON gateway
