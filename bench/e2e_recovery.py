@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from llm_elastic.accounting import audit
 from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.demo import start_operator, stop_operator
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
-from llm_elastic.accounting import audit
 
 NS = "bench"
 JOB = "bench"

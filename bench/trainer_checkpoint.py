@@ -35,10 +35,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from llm_elastic.checkpoint import latest_checkpoint, step_dir
+from llm_elastic.signals import StopRequest
 from llm_trainer.config import MODELS, ModelConfig, TrainConfig
 from llm_trainer.data.prepare import main as prepare
 from llm_trainer.distributed import DistEnv, init_distributed
-from llm_elastic.signals import StopRequest
 from llm_trainer.train import Trainer
 from torch.distributed.checkpoint.state_dict import get_state_dict
 

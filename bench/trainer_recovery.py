@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 import psutil
-from llm_trainer.data.prepare import main as prepare
 from llm_elastic.metrics import read_records
 from llm_elastic.testing.local_etcd import LocalEtcd, etcd_binary, free_port
+from llm_trainer.data.prepare import main as prepare
 
 TUNED_CONF = (
     "join_timeout=900,last_call_timeout=2,close_timeout=10,heartbeat_timeout=5,"

@@ -17,9 +17,8 @@ import os
 import time
 
 import torch
-from torch import nn
-
 from llm_elastic import Elastic, ElasticConfig, ElasticSampler, RNGState
+from torch import nn
 
 
 def make_data(samples: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

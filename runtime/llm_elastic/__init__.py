@@ -3,7 +3,8 @@
 The public API (everything else is internal and may change):
 
 * :class:`Elastic`, :class:`ElasticConfig`, :class:`Step` -- wrap the loop (``llm_elastic.session``);
-* :class:`DDP`, :class:`HSDP`, :class:`AsIs` -- how the model is wrapped per generation (``llm_elastic.wrap``);
+* :class:`DDP`, :class:`HSDP`, :class:`AsIs` -- how the model is wrapped per generation
+  (``llm_elastic.wrap``);
 * :class:`ElasticSampler` -- the global sample order cut per step and rank (``llm_elastic.data``);
 * :class:`RNGState`, :class:`Stateful` -- extras handed over as ``Stateful`` objects (``llm_elastic.state``);
 * :func:`read_contract`, :class:`Contract` -- the operator's env contract (``llm_elastic.contract``);

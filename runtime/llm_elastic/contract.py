@@ -147,7 +147,9 @@ def read_contract(
     host = env.get(POD_ENV) or socket.gethostname()
     member = env.get(MEMBER_ENV) or default_member(host, local_rank)
     if not valid_member_id(member):
-        contract_error(f"member id {member!r} (${MEMBER_ENV} or ${POD_ENV}) must be printable ASCII without '/'")
+        contract_error(
+            f"member id {member!r} (${MEMBER_ENV} or ${POD_ENV}) must be printable ASCII without '/'"
+        )
     return Contract(
         mode=mode,
         etcd=etcd,

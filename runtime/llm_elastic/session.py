@@ -66,12 +66,12 @@ from llm_elastic.errors import (
     UsageError,
     contract_error,
 )
-from llm_elastic.rendezvous.etcd_client import EtcdError
 from llm_elastic.metrics import METRICS_FILE, Exporter, StepLog, last_record, process_start_time
+from llm_elastic.rendezvous.etcd_client import EtcdError
 from llm_elastic.signals import StopRequest
 from llm_elastic.state import Stateful, TrainState
 from llm_elastic.transfer import Progress, Source, synchronise
-from llm_elastic.wrap import DDP, Generation, WrapPolicy, Wrapped
+from llm_elastic.wrap import DDP, Generation, Wrapped, WrapPolicy
 
 if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.3 s of start-up
     from llm_elastic.checkpoint import Checkpointer
@@ -250,7 +250,11 @@ class Step:
             base = torch.tensor(float(value), device=s.device)
         elif base.device != s.device:
             base = base.to(s.device)
-        flags = [1.0 if (changed or stopping or self._evicted) else 0.0, 1.0 if stopping else 0.0, float(busy)]
+        flags = [
+            1.0 if (changed or stopping or self._evicted) else 0.0,
+            1.0 if stopping else 0.0,
+            float(busy),
+        ]
         reduced = torch.stack([base, *(base.new_full((), f) for f in flags)])
         dist.all_reduce(reduced)
         if s.checkpointer is not None:
@@ -284,7 +288,12 @@ class Step:
             return False
         if s.mode == IN_PROCESS and s.peer_lost(exc):
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("generation %d: a peer is gone during step %d (%s)", s.generation_number, self.index + 1, first)
+            log.warning(
+                "generation %d: a peer is gone during step %d (%s)",
+                s.generation_number,
+                self.index + 1,
+                first,
+            )
             self.peer_lost = True
             s.state.zero_grad()
             return True
@@ -350,7 +359,9 @@ class Elastic:
         self._left = False
         self._end_generation = False
         self._failed_generations = 0
-        labels = {"member": self.contract.member} if self.mode == IN_PROCESS else {"rank": str(self.contract.rank)}
+        labels = (
+            {"member": self.contract.member} if self.mode == IN_PROCESS else {"rank": str(self.contract.rank)}
+        )
         port = self.config.metrics_port + self.contract.local_rank if self.config.metrics_port else 0
         self.exporter = Exporter(port, labels)
         self.exporter.update(total_steps=self.config.total_steps)
@@ -415,7 +426,9 @@ class Elastic:
 
         c = self.contract
         client = EtcdClient(parse_endpoints(c.etcd))
-        self.membership = Membership(client, c.prefix, c.member, self.config.lease_ttl, self.wrap_policy.shard_size)
+        self.membership = Membership(
+            client, c.prefix, c.member, self.config.lease_ttl, self.wrap_policy.shard_size
+        )
         if self.config.start_when:
             print(json.dumps({"event": "waiting", "time": time.time(), "pid": os.getpid()}), flush=True)
             while not Path(self.config.start_when).exists():
@@ -458,7 +471,9 @@ class Elastic:
             self._failed_generations = 0 if ok else self._failed_generations + 1
             if self._failed_generations > self.config.max_reforms:
                 self.leave_now()
-                log.error("%d generations in a row failed without a step: handing over", self._failed_generations)
+                log.error(
+                    "%d generations in a row failed without a step: handing over", self._failed_generations
+                )
                 raise SystemExit(EXIT_RECOVERY_EXHAUSTED) from RecoveryExhausted(
                     f"{self._failed_generations} generations failed in a row"
                 )
@@ -493,7 +508,7 @@ class Elastic:
     # -- generations ----------------------------------------------------------------------------------------
 
     def _form(self, gen: LiveGeneration) -> bool:
-        """Form ``gen``'s process group, wrap, take the state; False when the generation broke while forming."""
+        """Form ``gen``'s process group, wrap the model and take the state."""
         from llm_elastic.live import layout
         from llm_elastic.rendezvous.etcd_store import EtcdV3Store
 
@@ -509,7 +524,9 @@ class Elastic:
             self.membership.lease,
             timeout=timeout,
         )
-        dist.init_process_group(self.backend, store=store, rank=self.rank, world_size=gen.world_size, timeout=timeout)
+        dist.init_process_group(
+            self.backend, store=store, rank=self.rank, world_size=gen.world_size, timeout=timeout
+        )
         pid = torch.tensor([os.getpid()], dtype=torch.int64)
         gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(gen.world_size)]
         dist.all_gather(gathered, pid)
@@ -568,7 +585,9 @@ class Elastic:
             from llm_elastic.checkpoint import Checkpointer
 
             persist_group = self._cpu_group() if cfg.async_checkpoint else None
-            self.checkpointer = Checkpointer(Path(cfg.checkpoint_dir), cfg.keep_checkpoints, self.rank, persist_group)
+            self.checkpointer = Checkpointer(
+                Path(cfg.checkpoint_dir), cfg.keep_checkpoints, self.rank, persist_group
+            )
         if cfg.snapshot_every:
             from llm_elastic.snapshot.manager import Snapshotter
             from llm_elastic.snapshot.space import check_snapshot_space, human
@@ -610,7 +629,8 @@ class Elastic:
 
     def _layout_key(self) -> str:
         params = sum(p.numel() for p in self.state.model.parameters())
-        return f"{type(self.state.model).__name__}|{params}|{self.wrap_policy.shard_size}|{json.dumps(self.config.meta, sort_keys=True)}"
+        meta = json.dumps(self.config.meta, sort_keys=True)
+        return f"{type(self.state.model).__name__}|{params}|{self.wrap_policy.shard_size}|{meta}"
 
     # -- restore ------------------------------------------------------------------------------------------
 
@@ -622,7 +642,12 @@ class Elastic:
             self.resumed_from = restored.step
             self.restore_seconds = time.monotonic() - started
             if self.rank == 0:
-                log.info("resumed from step %d from %s in %.2fs", restored.step, self.restore_source, self.restore_seconds)
+                log.info(
+                    "resumed from step %d from %s in %.2fs",
+                    restored.step,
+                    self.restore_source,
+                    self.restore_seconds,
+                )
         else:
             self.progress.fresh = False
         if self.rank == 0 and self.config.step_log:
@@ -639,7 +664,9 @@ class Elastic:
         cfg = self.config
         info: CheckpointInfo | None = None
         if cfg.checkpoint_dir:
-            choice: list[CheckpointInfo | None] = [latest_checkpoint(Path(cfg.checkpoint_dir)) if self.rank == 0 else None]
+            choice: list[CheckpointInfo | None] = [
+                latest_checkpoint(Path(cfg.checkpoint_dir)) if self.rank == 0 else None
+            ]
             dist.broadcast_object_list(choice, src=0)
             info = choice[0]
         if self.snapshots is not None:
@@ -649,7 +676,12 @@ class Elastic:
                 self._load_extras(meta.get("extras"))
                 self.restore_source = "memory"
                 log.info("rank %d: snapshot shard from %s", self.rank, where)
-                return Progress(int(meta["step"]), float(meta.get("last_loss", math.nan)), False, int(meta.get("restarts", 0)))
+                return Progress(
+                    int(meta["step"]),
+                    float(meta.get("last_loss", math.nan)),
+                    False,
+                    int(meta.get("restarts", 0)),
+                )
         if info is None or self.checkpointer is None:
             return None
         meta = self.checkpointer.load(info, self.state.model, self._optims())
@@ -738,9 +770,13 @@ class Elastic:
         if self.checkpointer is None or self.saved_step == self.progress.step or self.progress.step == 0:
             return
         if self.config.async_checkpoint:
-            self.checkpointer.save_async(self.progress.step, self.state.model, self._optims(), self._meta(), self._extras_blob())
+            self.checkpointer.save_async(
+                self.progress.step, self.state.model, self._optims(), self._meta(), self._extras_blob()
+            )
         else:
-            self.checkpointer.save(self.progress.step, self.state.model, self._optims(), self._meta(), self._extras_blob())
+            self.checkpointer.save(
+                self.progress.step, self.state.model, self._optims(), self._meta(), self._extras_blob()
+            )
         self.saved_step = self.progress.step
         self.exporter.update(last_saved_step=self.progress.step, last_saved_timestamp_seconds=time.time())
 
@@ -816,7 +852,9 @@ class Elastic:
         self.step_log.append(record)
         every = self.config.log_every
         if every and (self.progress.step % every == 0 or self.progress.step == (self.resumed_from or 0) + 1):
-            log.info("step %d loss %.4f world %d %.3fs", self.progress.step, step.loss, self.world_size, elapsed)
+            log.info(
+                "step %d loss %.4f world %d %.3fs", self.progress.step, step.loss, self.world_size, elapsed
+            )
 
     def _log_pending(self) -> None:
         """Log the step a survivor completed whose rank 0 died before writing it (at most one)."""
@@ -855,7 +893,7 @@ class Elastic:
     # -- failures and leaving -------------------------------------------------------------------------------
 
     def peer_lost(self, exc: BaseException) -> bool:
-        """In process: whether ``exc`` means the membership changed (a peer is gone) rather than a local error.
+        """In process: whether ``exc`` means the membership changed (a peer is gone), not a local error.
 
         A collective or store error counts when the membership shows a change within a lease's time (a
         peer that died takes at most its lease TTL to disappear); anything else, or no change, is local."""
@@ -870,7 +908,7 @@ class Elastic:
                     return True
             except Evicted:
                 return True  # the next generation attempt finds out and exits
-            except Exception:  # noqa: BLE001  # the store is out too: not a proof either way yet
+            except Exception:  # the store is out too: not a proof either way yet
                 log.debug("membership unreadable while judging a failure", exc_info=True)
             if time.monotonic() >= deadline:
                 return False
@@ -884,7 +922,7 @@ class Elastic:
         if self.membership is not None:
             try:
                 self.membership.leave()
-            except Exception:  # noqa: BLE001  # leaving is best effort: the lease expires anyway
+            except Exception:  # leaving is best effort: the lease expires anyway
                 log.debug("leaving the membership failed", exc_info=True)
 
     def _leave_and_exit(self, code: int) -> None:

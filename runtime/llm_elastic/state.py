@@ -32,7 +32,7 @@ class RNGState:
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             state["cuda"] = torch.cuda.get_rng_state()
         return state
 
@@ -68,17 +68,30 @@ class TrainState:
     def _optims(self) -> torch.optim.Optimizer | tuple[torch.optim.Optimizer, ...]:
         return self.optimizers[0] if len(self.optimizers) == 1 else tuple(self.optimizers)
 
-    def tensors_state(self) -> dict[str, Any]:
-        """``{"model": ..., "optim": ...}`` from ``get_state_dict`` (tensors shared with the live objects)."""
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+    def has_optimizer_state(self) -> bool:
+        """Whether any optimizer made its (lazily created) state, i.e. stepped at least once."""
+        return any(optimizer.state for optimizer in self.optimizers)
 
+    def tensors_state(self, with_optimizer: bool = True) -> dict[str, Any]:
+        """``{"model": ..., "optim": ...}`` from ``get_state_dict`` (tensors shared with the live objects).
+
+        Without ``with_optimizer`` only the model's: torch's helper makes a missing optimizer state by
+        stepping once with zero gradients, which changes the next steps of an optimizer that counts its
+        steps (Adam's bias correction), so an optimizer that never stepped is left alone."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+        if not with_optimizer:
+            return {"model": get_model_state_dict(self.model)}
         model_state, optim_state = get_state_dict(self.model, self._optims())
         return {"model": model_state, "optim": optim_state}
 
     def load_tensors_state(self, state: dict[str, Any]) -> None:
         """Put a state made by :meth:`tensors_state` back into the live objects."""
-        from torch.distributed.checkpoint.state_dict import set_state_dict
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
+        if "optim" not in state:
+            set_model_state_dict(self.model, state["model"])
+            return
         set_state_dict(
             self.model,
             self._optims(),

@@ -44,7 +44,7 @@ Source = int | Literal["checkpoint"] | None
 
 def _skeleton(state: dict[str, Any]) -> Any:
     """The state with its tensors left out (what the header carries)."""
-    return map_tensors(state, lambda _path, _t: None)
+    return map_tensors(state, lambda _path, _t: None)  # type: ignore[arg-type, return-value]
 
 
 def _fill(skeleton: Any, state: Any) -> Any:
@@ -111,16 +111,18 @@ def synchronise(
     receiving = me != sender
     if on_receive is not None and receiving:
         on_receive()
-    tensors = state.tensors_state()
     header: list[Any] = [None]
     if me == source:
+        with_optimizer = state.has_optimizer_state()  # a source that never stepped sends none
         header[0] = {
             "progress": progress,
-            "skeleton": _skeleton(tensors),
+            "with_optimizer": with_optimizer,
+            "skeleton": _skeleton(state.tensors_state(with_optimizer)),
             "extras": state.extras_state(),
         }
     dist.broadcast_object_list(header, src=_global_rank(source, group), group=group)
     sent = header[0]
+    tensors = state.tensors_state(sent["with_optimizer"])
     tensor_group = replica_group if shard_size > 1 else group
     with torch.no_grad():
         for _path, tensor in tensor_leaves(tensors):

@@ -24,9 +24,8 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from torch.distributed.device_mesh import DeviceMesh
-
     import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 @dataclass
@@ -152,7 +151,7 @@ class HSDP(WrapPolicy):
             raise ValueError(
                 f"world size {gen.world_size} is not a whole number of hosts of {self.shard_size} processes"
             )
-        override: dict[str, Any] = {}
+        override: dict[int | str, Any] = {}
         if gen.device.type == "cpu":
             from torch._C._distributed_c10d import ProcessGroupGloo
 
@@ -183,7 +182,8 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Create the optimizer's lazily made state (torch's own helper: a zero-learning-rate step with zero
-    gradients), so that it can be copied or received in place. Keys are the optimizer's business."""
+    gradients), so that it can be received in place; only for state about to be overwritten (the step
+    counts as one for Adam). Keys are the optimizer's business."""
     from torch.distributed.checkpoint.state_dict import _init_optim_state
 
     _init_optim_state(optimizer)
@@ -192,15 +192,19 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 def _copy_local(
     old: nn.Module, old_optimizer: torch.optim.Optimizer, new: nn.Module, new_optimizer: torch.optim.Optimizer
 ) -> None:
-    """Copy this process's shards (parameters and optimizer state, whatever its keys) from ``old``."""
-    init_optimizer_state(old_optimizer)
-    init_optimizer_state(new_optimizer)
+    """Copy this process's shards (parameters and optimizer state, whatever its keys) from ``old``; an
+    optimizer that never stepped stays without state (making it would change its next steps)."""
+    with_optimizer = bool(old_optimizer.state)
+    if with_optimizer:
+        init_optimizer_state(new_optimizer)
     old_params, new_params = list(old.parameters()), list(new.parameters())
     if len(old_params) != len(new_params):
         raise ValueError("the previous generation's model does not match the new one")
     with torch.no_grad():
         for old_p, new_p in zip(old_params, new_params, strict=True):
             _local(new_p).copy_(_local(old_p))
+            if not with_optimizer:
+                continue
             old_state, new_state = old_optimizer.state.get(old_p, {}), new_optimizer.state[new_p]
             for key, value in old_state.items():
                 if isinstance(value, torch.Tensor):

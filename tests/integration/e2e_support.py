@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from llm_elastic.accounting import Audit, audit
 from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.localcluster.cluster import LocalCluster
-from llm_elastic.accounting import Audit, audit
 from support.wait import wait_for
 
 if TYPE_CHECKING:

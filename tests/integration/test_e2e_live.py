@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_testbed import training
-from llm_testbed.localcluster import chaos
-from llm_testbed.localcluster.cluster import LocalCluster
 from llm_elastic.accounting import audit
 from llm_elastic.checkpoint import latest_checkpoint
 from llm_elastic.metrics import read_records
+from llm_testbed import training
+from llm_testbed.localcluster import chaos
+from llm_testbed.localcluster.cluster import LocalCluster
 from support.live_events import events
 from support.wait import wait_for
 

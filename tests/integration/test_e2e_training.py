@@ -18,10 +18,10 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from llm_elastic.accounting import Audit, audit
 from llm_testbed import training
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
-from llm_elastic.accounting import Audit, audit
 from support.wait import wait_for
 
 from .conftest import PeeredOperatorProcess

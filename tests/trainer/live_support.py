@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from llm_elastic.metrics import read_records
 from llm_elastic.order import GlobalOrder
 from llm_trainer.data.shards import TokenShards
-from llm_elastic.metrics import read_records
 from trainer_support import Processes, trainer_env
 
 GLOBAL_BATCH = 12

@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from llm_operator.live_evict import evict_pods
 from llm_elastic.live import layout
 from llm_elastic.live.layout import Generation
 from llm_elastic.live.membership import (
@@ -20,6 +19,7 @@ from llm_elastic.live.membership import (
 )
 from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
 from llm_elastic.testing.local_etcd import LocalEtcd
+from llm_operator.live_evict import evict_pods
 from trainer_support import wait_for
 
 

@@ -43,11 +43,33 @@ def test_a_new_job_starts_from_rank_0_and_agreeing_members_send_nothing(group: N
     model, optimizer = model_and_optimizer()
     received: list[int] = []
     state = TrainState(model, optimizer)
-    agreed, source = synchronise(state, Progress(0, float("nan"), fresh=True), None, 0, lambda: received.append(1))
+    agreed, source = synchronise(
+        state, Progress(0, float("nan"), fresh=True), None, 0, lambda: received.append(1)
+    )
     assert (agreed.step, agreed.fresh, source) == (0, False, 0)
     assert received == []  # rank 0 is the source: it overwrites nothing
     agreed, source = synchronise(state, Progress(3, 2.5, fresh=False), None, 3)
     assert source is None and agreed == Progress(3, 2.5, fresh=False)
+
+
+def _train(model: Transformer, optimizer: torch.optim.Optimizer, steps: int) -> torch.Tensor:
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3))
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(tokens).float().square().mean().backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_a_source_that_never_stepped_sends_no_optimizer_state_and_changes_nothing(group: None) -> None:
+    """A new job's first generation hands the initial weights over; making the optimizer's state for it
+    (torch steps once with zero gradients) would shift Adam's bias correction for the whole run."""
+    plain_model, plain_optimizer = model_and_optimizer()
+    expected = _train(plain_model, plain_optimizer, 3)
+    model, optimizer = model_and_optimizer()
+    synchronise(TrainState(model, optimizer), Progress(0, float("nan"), fresh=True), None, 0, lambda: None)
+    assert not optimizer.state
+    assert torch.equal(_train(model, optimizer, 3), expected)
 
 
 @pytest.mark.parametrize(
@@ -59,20 +81,23 @@ def test_a_new_job_starts_from_rank_0_and_agreeing_members_send_nothing(group: N
     ],
     ids=["adamw", "sgd-momentum", "adagrad"],
 )
-def test_optimizer_state_made_for_receiving_steps_exactly_like_the_optimizer_own(make: object) -> None:
-    """The state a joiner prepares before receiving in place changes nothing (whatever its keys)."""
-    tokens = torch.randint(0, 256, (2, 16))
-    results = []
-    for prepare in (False, True):
-        model = Transformer(model_config("tiny"))
-        model.init_weights(1)
-        optimizer = make(model.parameters())  # type: ignore[operator]
-        if prepare:
-            init_optimizer_state(optimizer)
-            assert optimizer.state, "state made before the first step"
-        for _ in range(2):
-            optimizer.zero_grad()
-            model(tokens).float().square().mean().backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-        results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-    assert torch.equal(results[0], results[1])
+def test_received_optimizer_state_continues_exactly_like_the_sender(make: object) -> None:
+    """A joiner's optimizer (any kind) prepared and loaded with a sender's state dict steps like the sender."""
+    sender = Transformer(model_config("tiny"))
+    sender.init_weights(1)
+    sender_opt = make(sender.parameters())  # type: ignore[operator]
+    _train(sender, sender_opt, 2)
+    joiner = Transformer(model_config("tiny"))
+    joiner.init_weights(2)
+    joiner_opt = make(joiner.parameters())  # type: ignore[operator]
+    init_optimizer_state(joiner_opt)
+    sent = TrainState(sender, sender_opt).tensors_state()
+    receiving = TrainState(joiner, joiner_opt)
+    target = receiving.tensors_state()
+    from llm_elastic.staging import tensor_leaves
+
+    for (path, mine), (other, theirs) in zip(tensor_leaves(target), tensor_leaves(sent), strict=True):
+        assert path == other
+        mine.copy_(theirs)
+    receiving.load_tensors_state(target)
+    assert torch.equal(_train(joiner, joiner_opt, 2), _train(sender, sender_opt, 2))

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from llm_trainer.data.loader import DistributedBatches
 from llm_elastic.order import GlobalOrder
+from llm_trainer.data.loader import DistributedBatches
 from llm_trainer.data.prepare import main as prepare
 from llm_trainer.data.shards import TokenShards, read_meta
 from llm_trainer.data.tokenizer import ByteTokenizer

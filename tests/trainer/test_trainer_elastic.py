@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from llm_elastic.order import GlobalOrder
-from llm_trainer.data.shards import TokenShards
 from llm_elastic.metrics import read_records
+from llm_elastic.order import GlobalOrder
 from llm_elastic.testing.local_etcd import LocalEtcd
+from llm_trainer.data.shards import TokenShards
 from trainer_support import Processes, train_argv, wait_for
 
 pytestmark = pytest.mark.trainer

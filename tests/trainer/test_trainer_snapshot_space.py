@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_trainer.config import ModelConfig, model_config
-from llm_trainer.distributed import DistEnv, cpu_group
-from llm_trainer.model import Transformer
 from llm_elastic.snapshot import space
 from llm_elastic.snapshot.manager import Snapshotter
 from llm_elastic.snapshot.space import (
@@ -25,6 +22,9 @@ from llm_elastic.snapshot.space import (
     space_problem,
     state_entry_bytes,
 )
+from llm_trainer.config import ModelConfig, model_config
+from llm_trainer.distributed import DistEnv, cpu_group
+from llm_trainer.model import Transformer
 from trainer_support import train_argv, trainer_env
 
 pytestmark = pytest.mark.trainer

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import torch
+from llm_elastic.signals import StopRequest
 from llm_trainer import train as train_module
 from llm_trainer.config import TrainConfig
 from llm_trainer.distributed import DistEnv, unwrap
-from llm_elastic.signals import StopRequest
 from llm_trainer.train import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -12,7 +12,6 @@ the largest world size the job can reach.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_elastic.cli_errors import ExitOnErrorParser, usage_error
+
 from llm_trainer.config import TrainConfig
 
 PROG = "python -m llm_trainer"

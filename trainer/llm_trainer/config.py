@@ -180,7 +180,7 @@ class TrainConfig:
     live_timeout: float = 30.0
     """In process: seconds a collective may block before the generation is given up."""
     subgroup_timeout: float = 5.0
-    """In process, hsdp on CPU: seconds a mesh-group collective may wait (a spurious timeout only re-forms)."""
+    """In process, hsdp on CPU: seconds a mesh-group collective may wait (a spurious timeout re-forms)."""
     lease_ttl: int = 3
     """In process: seconds a silent member stays a member."""
     form_timeout: float = 120.0

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
-
 from llm_elastic import DDP, HSDP, Elastic, ElasticConfig, ElasticSampler, read_contract
 from llm_elastic.contract import IN_PROCESS, RESTART, Contract
 from llm_elastic.wrap import WrapPolicy
+from torch import nn
+
 from llm_trainer.config import ModelConfig, TrainConfig, learning_rate, model_config
 from llm_trainer.data.loader import DistributedBatches, StepBatch
 from llm_trainer.data.shards import TokenShards
@@ -67,7 +67,11 @@ def build(
         return model, _optimizer(cfg, model, cuda), DDP(compile=cfg.compile)
     # fsdp: shard over every rank in restart mode; in process over the pod's processes, replicated across
     # pods (losing a pod then loses no shard). hsdp: always the latter.
-    shard = contract.world_size if parallel == "fsdp" and contract.mode != IN_PROCESS else contract.local_world_size
+    shard = (
+        contract.world_size
+        if parallel == "fsdp" and contract.mode != IN_PROCESS
+        else contract.local_world_size
+    )
     mixed: Any = None
     if bf16:
         from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -170,7 +174,9 @@ class Trainer:
     def batch(self, index: int, rank: int, world_size: int) -> StepBatch:
         """This rank's micro-batches of step ``index`` (the global order, whatever the world size)."""
         cfg = self.cfg
-        batches = DistributedBatches(self.shards, cfg.seed, cfg.global_batch, cfg.micro_batch, rank, world_size)
+        batches = DistributedBatches(
+            self.shards, cfg.seed, cfg.global_batch, cfg.micro_batch, rank, world_size
+        )
         batches.position = index * cfg.global_batch
         return batches.next_step()
 

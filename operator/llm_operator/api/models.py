@@ -145,7 +145,8 @@ class FailurePolicy(_Model):
     training process from the newest checkpoint. inProcess: the workers run the program directly as
     members of the job's live membership in its etcd (rendezvous.backend etcd-v3 only); survivors keep
     their processes and state, joiners get the state from a peer, and the operator evicts a lost
-    worker's members at once. The program must use the llm_elastic runtime (python -m llm_trainer does: docs/byo-training.md)."""
+    worker's members at once. The program must use the llm_elastic runtime (python -m llm_trainer does;
+    docs/byo-training.md)."""
 
 
 class Scheduling(_Model):

@@ -45,6 +45,8 @@ from llm_elastic.staging import local_part, tensor_leaves
 
 log = logging.getLogger(__name__)
 
+Optimizers = Optimizer | tuple[Optimizer, ...]
+
 RNG_CPU = "rng/cpu"
 RNG_CUDA = "rng/cuda"
 
@@ -106,7 +108,7 @@ class Snapshotter:
         """Wait for the buddy copy in flight; raise if it failed."""
         self._copying.wait()
 
-    def take(self, step: int, model: nn.Module, optimizer: Optimizer, meta: dict[str, Any]) -> None:
+    def take(self, step: int, model: nn.Module, optimizer: Optimizers, meta: dict[str, Any]) -> None:
         """Stage the state of ``step`` into shared memory, then start the buddy copy (collective; every rank
         calls it at the same step, after the previous copy ended)."""
         self.wait()
@@ -167,7 +169,7 @@ class Snapshotter:
     # -- restore --------------------------------------------------------------------------------------------
 
     def restore(
-        self, model: nn.Module, optimizer: Optimizer, not_before: int
+        self, model: nn.Module, optimizer: Optimizers, not_before: int
     ) -> tuple[dict[str, Any], str, int] | None:
         """Collective: load the newest snapshot every rank can get (>= ``not_before``); returns its meta,
         where this rank's shard came from (``local``, ``buddy`` or ``peer``) and how many ranks received
@@ -217,7 +219,7 @@ class Snapshotter:
         return mine
 
     def _load(
-        self, header: dict[str, Any], payload: torch.Tensor, model: nn.Module, optimizer: Optimizer
+        self, header: dict[str, Any], payload: torch.Tensor, model: nn.Module, optimizer: Optimizers
     ) -> None:
         entries = {e.path: e for e in entries_of(header)}
         model_state, optim_state = get_state_dict(model, optimizer)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from llm_elastic.order import GlobalOrder
+
 from llm_trainer.data.shards import TokenShards
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_elastic.cli_errors import ExitOnErrorParser, usage_error
+
 from llm_trainer.data.shards import ShardWriter
 from llm_trainer.data.tokenizer import load_tokenizer
 
