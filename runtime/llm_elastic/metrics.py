@@ -123,6 +123,7 @@ class Exporter:
             "step_time_seconds_count": "Steps this process completed (resets at its start)",
             "last_saved_step": "Step of the newest checkpoint this job saved (0: none)",
             "last_saved_timestamp_seconds": "Unix time that checkpoint was saved (0: none)",
+            "process_restarts": "Times the pod's supervisor restarted this program (recovery layer 2)",
         }
         for name, doc in specs.items():
             gauge = prom.Gauge(f"llm_trainer_{name}", doc, names, registry=registry)

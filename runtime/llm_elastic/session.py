@@ -364,7 +364,9 @@ class Elastic:
         )
         port = self.config.metrics_port + self.contract.local_rank if self.config.metrics_port else 0
         self.exporter = Exporter(port, labels)
-        self.exporter.update(total_steps=self.config.total_steps)
+        self.exporter.update(
+            total_steps=self.config.total_steps, process_restarts=self.contract.process_restarts
+        )
 
     # -- small facts ---------------------------------------------------------------------------------------
 

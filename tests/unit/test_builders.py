@@ -57,14 +57,16 @@ def test_user_args_and_checkpoint_dir() -> None:
     assert _env(pod)["LLMJOB_CHECKPOINT_DIR"] == "/ck"
 
 
-def test_in_process_recovery_runs_the_program_directly_with_the_live_contract() -> None:
-    spec = {"failurePolicy": {"recovery": "inProcess"}, "gpusPerNode": 0, "nprocPerNode": 1}
-    spec |= {"command": ["python", "-m", "llm_trainer.live"], "args": ["--data", "/d"]}
+def test_in_process_recovery_runs_the_program_under_the_in_pod_supervisor_with_the_live_contract() -> None:
+    spec = {"failurePolicy": {"recovery": "inProcess", "maxRestarts": 4}, "gpusPerNode": 0, "nprocPerNode": 1}
+    spec |= {"command": ["python", "-m", "llm_trainer"], "args": ["--data", "/d"]}
     spec["checkpointDir"] = "/ck"
     pod = worker_pod(job(**spec), 1, 0)
     c = pod["spec"]["containers"][0]
-    assert c["command"] == ["python", "-m", "llm_trainer.live"] and c["args"] == ["--data", "/d"]
+    assert c["command"] == ["python", "-m", "llm_elastic.supervise", "--max-restarts=4", "--"]
+    assert c["args"] == ["python", "-m", "llm_trainer", "--data", "/d"]
     env = _env(pod)
+    assert env["LLMJOB_RECOVERY"] == "inProcess"
     assert not [name for name in env if name.startswith("PET_")], "no torchrun rendezvous across nodes"
     assert env["LLMJOB_LIVE_ETCD"] == "llama-rdzv.ml.svc:2379"
     assert env["LLMJOB_LIVE_PREFIX"] == "/llmjob/uid-1234/live/"

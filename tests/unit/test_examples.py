@@ -89,6 +89,9 @@ def worker_of(manifest: dict[str, Any]) -> Worker:
     live = job.spec.failurePolicy.recovery == "inProcess"
     if live:
         program = [*container["command"], *container["args"]]
+        supervisor = ["python", "-m", "llm_elastic.supervise"]
+        if program[: len(supervisor)] == supervisor:  # the in-pod supervisor (recovery layer 2)
+            program = program[program.index("--") + 1 :]
         assert program[: len(TRAINER_ENTRY)] == TRAINER_ENTRY, f"not the trainer: {program}"
         argv = program[len(TRAINER_ENTRY) :]
     else:

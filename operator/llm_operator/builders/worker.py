@@ -109,12 +109,19 @@ def in_process(job: LLMTrainingJob) -> bool:
 
 
 def launcher(job: LLMTrainingJob) -> list[str]:
-    """What runs the user's command: torchrun across nodes; for inProcess nothing (one process per pod)
-    or torchrun as a local supervisor only (``--standalone``: never a rendezvous across nodes)."""
+    """What runs the user's command: torchrun across nodes; for inProcess a supervisor that restarts a
+    failed program inside its pod (recovery layer 2): ``llm_elastic.supervise`` for one process per pod,
+    torchrun as a local supervisor only for several (``--standalone``: never a rendezvous across nodes)."""
     if not in_process(job):
         return ["torchrun", "--no-python"]
-    if job.nproc_per_node == 1:
-        return []
+    if job.nproc_per_node == 1:  # recovery layer 2: the program restarted inside its pod (llm_elastic)
+        return [
+            "python",
+            "-m",
+            "llm_elastic.supervise",
+            f"--max-restarts={job.spec.failurePolicy.maxRestarts}",
+            "--",
+        ]
     return [
         "torchrun",
         "--standalone",
