@@ -115,6 +115,8 @@ class ElasticConfig:
     """In process: seconds to wait for a generation to form."""
     lease_ttl: int = 3
     """In process: seconds a silent member stays a member."""
+    store_outage_seconds: float = 60.0
+    """In process: how long a failed collective waits for an unreachable etcd before it is judged local."""
     max_reforms: int = 8
     """In process: generations in a row that may fail before a step completes; then the next layer."""
     peer_stop_grace: float = 5.0
@@ -159,6 +161,12 @@ class ElasticConfig:
             if getattr(self, name) <= 0:
                 out.append((name, "must be above 0"))
         return out
+
+
+def host_values(reduced: torch.Tensor) -> list[float]:
+    """The step's reduced values on the host: the runtime's one device-to-host sync per step."""
+    values: list[float] = reduced.tolist()
+    return values
 
 
 def looks_like_communication(exc: BaseException) -> bool:
@@ -259,7 +267,7 @@ class Step:
         dist.all_reduce(reduced)
         if s.checkpointer is not None:
             s.checkpointer.before_update()  # staging copies must have read the parameters
-        total, changed_any, stopping_members, busy_any = (float(v) for v in reduced.tolist())
+        total, changed_any, stopping_members, busy_any = host_values(reduced)
         self._changed = changed_any > 0
         self._stopping = round(stopping_members)
         self._busy = busy_any > 0
@@ -352,6 +360,8 @@ class Elastic:
         self.resumed_from: int | None = None
         self.restore_source: str | None = None
         self.restore_seconds = 0.0
+        self.restore_peers = 0
+        """Ranks that received their snapshot shard from another node at start."""
         self.saved_step = -1
         self.steps_done = 0
         self.step_seconds = 0.0
@@ -517,6 +527,7 @@ class Elastic:
         assert self.membership is not None
         formed_at = time.time()
         self.live_gen = gen
+        self.membership.current = gen
         self.generation_number = gen.number
         self.rank, self.world_size = gen.rank_of(self.contract.member), gen.world_size
         timeout = timedelta(seconds=self.config.live_collective_timeout)
@@ -592,15 +603,20 @@ class Elastic:
             )
         if cfg.snapshot_every:
             from llm_elastic.snapshot.manager import Snapshotter
-            from llm_elastic.snapshot.space import check_snapshot_space, human
+            from llm_elastic.snapshot.space import SnapshotSpaceError, check_snapshot_space, human
 
-            need = check_snapshot_space(
-                Path(cfg.snapshot_dir),
-                self.state.model,
-                self.state.optimizers[0],
-                self.world_size,
-                self.contract.local_world_size,
-            )
+            try:
+                need = check_snapshot_space(
+                    Path(cfg.snapshot_dir),
+                    self.state.model,
+                    self.state.optimizers[0],
+                    self.world_size,
+                    self.contract.local_world_size,
+                )
+            except SnapshotSpaceError as exc:  # one line now, rather than SIGBUS at the first snapshot
+                log.error("%s", exc)
+                self.leave_now()
+                raise SystemExit(1) from None
             log.info("snapshots need %s per node in %s", human(need), cfg.snapshot_dir)
             self.snapshots = Snapshotter(
                 Path(cfg.snapshot_dir),
@@ -674,7 +690,7 @@ class Elastic:
         if self.snapshots is not None:
             found = self.snapshots.restore(self.state.model, self._optims(), info.step if info else 0)
             if found is not None:
-                meta, where, _peers = found
+                meta, where, self.restore_peers = found
                 self._load_extras(meta.get("extras"))
                 self.restore_source = "memory"
                 log.info("rank %d: snapshot shard from %s", self.rank, where)
@@ -840,6 +856,7 @@ class Elastic:
         else:
             record["agent_restart"] = self.contract.agent_restarts
             record["restore_seconds"] = round(self.restore_seconds, 3)
+            record["restore_peers"] = self.restore_peers
         if self.sampler is not None:
             start, stop = self.sampler.step_range(step.index)
             record.update(
@@ -903,15 +920,19 @@ class Elastic:
         if membership is None or gen is None:
             return False
         comm = looks_like_communication(exc)
-        deadline = time.monotonic() + (self.config.lease_ttl + 1.0 if comm else 0.0)
+        started = time.monotonic()
+        deadline = started + (self.config.lease_ttl + 1.0 if comm else 0.0)
         while True:
             try:
                 if membership.differs(gen):
                     return True
             except Evicted:
                 return True  # the next generation attempt finds out and exits
-            except Exception:  # the store is out too: not a proof either way yet
-                log.debug("membership unreadable while judging a failure", exc_info=True)
+            except EtcdError as store_error:
+                # The store is out as well: wait for it (bounded) rather than call a lost peer local.
+                if comm and deadline < started + self.config.store_outage_seconds:
+                    log.warning("judging a failed collective needs etcd, which is out: %s", store_error)
+                    deadline = started + self.config.store_outage_seconds
             if time.monotonic() >= deadline:
                 return False
             membership.changed.wait(0.05)

@@ -82,7 +82,7 @@ def test_a_source_that_never_stepped_sends_no_optimizer_state_and_changes_nothin
     ids=["adamw", "sgd-momentum", "adagrad"],
 )
 def test_received_optimizer_state_continues_exactly_like_the_sender(make: object) -> None:
-    """A joiner's optimizer (any kind) prepared and loaded with a sender's state dict steps like the sender."""
+    """A joiner's optimizer (any kind), prepared and loaded with a sender's state, steps like the sender."""
     sender = Transformer(model_config("tiny"))
     sender.init_weights(1)
     sender_opt = make(sender.parameters())  # type: ignore[operator]

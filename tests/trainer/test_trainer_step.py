@@ -1,5 +1,6 @@
-"""The real ``Trainer`` in this process (one gloo rank): the loss options change nothing it records,
-``--compile`` trains the same steps, and a step reads device values back to the host once."""
+"""The real ``Trainer`` in this process (standalone: the runtime's one-rank gloo group): the loss options
+change nothing it records, ``--compile`` trains the same steps, and a step reads device values back to the
+host once."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from typing import Any
 
 import pytest
 import torch
-from llm_elastic.signals import StopRequest
-from llm_trainer import train as train_module
+from llm_elastic import session as session_module
+from llm_elastic.session import Step
 from llm_trainer.config import TrainConfig
-from llm_trainer.distributed import DistEnv, unwrap
 from llm_trainer.train import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -41,14 +41,17 @@ def _config(corpus: Path, folder: Path, **overrides: Any) -> TrainConfig:
     return TrainConfig(**settings)
 
 
-def _train(cfg: TrainConfig, env: DistEnv) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
-    trainer = Trainer(cfg, env, StopRequest())
-    trainer.restore()
+STANDALONE: dict[str, str] = {}
+"""No operator or torchrun variables: the runtime makes a one-process group of its own."""
+
+
+def _train(cfg: TrainConfig) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
+    trainer = Trainer(cfg, STANDALONE)
     assert trainer.train() == 0
     records = [
         json.loads(line) for line in (Path(cfg.checkpoint_dir) / "metrics.jsonl").read_text().splitlines()
     ]
-    state = {k: v.detach().clone() for k, v in unwrap(trainer.model).state_dict().items()}
+    state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     return records, state
 
 
@@ -76,22 +79,22 @@ def _assert_same_training(
 
 
 def test_chunked_loss_trains_the_same_steps_and_records_the_same_metrics(
-    corpus: Path, tmp_path: Path, one_rank: DistEnv
+    corpus: Path, tmp_path: Path
 ) -> None:
-    plain = _train(_config(corpus, tmp_path / "plain", loss_chunk_tokens=0), one_rank)
-    chunked = _train(_config(corpus, tmp_path / "chunked", loss_chunk_tokens=48), one_rank)
+    plain = _train(_config(corpus, tmp_path / "plain", loss_chunk_tokens=0))
+    chunked = _train(_config(corpus, tmp_path / "chunked", loss_chunk_tokens=48))
     # Same samples (positions, ids' CRC), same lr and accumulation; the loss and weights to fp32 rounding.
     _assert_same_training(chunked, plain, loss_rtol=1e-5, lr=TrainConfig.lr)
     assert plain[0][0]["grad_accum"] == 2 and plain[0][1]["sample_end"] == 12
 
 
-def test_compiled_model_trains_the_same_steps(corpus: Path, tmp_path: Path, one_rank: DistEnv) -> None:
+def test_compiled_model_trains_the_same_steps(corpus: Path, tmp_path: Path) -> None:
     """``--compile`` on CPU (inductor, C++ codegen): the first step compiles the DDP-wrapped model with the
     chunked loss in its forward, about 45 s on the 2-core development VM with a cold compile cache."""
-    eager = _train(_config(corpus, tmp_path / "eager", loss_chunk_tokens=48), one_rank)
+    eager = _train(_config(corpus, tmp_path / "eager", loss_chunk_tokens=48))
     torch._dynamo.utils.counters.clear()
     started = time.monotonic()
-    compiled = _train(_config(corpus, tmp_path / "compiled", loss_chunk_tokens=48, compile=True), one_rank)
+    compiled = _train(_config(corpus, tmp_path / "compiled", loss_chunk_tokens=48, compile=True))
     elapsed = time.monotonic() - started
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     torch._dynamo.reset()
@@ -116,18 +119,18 @@ class ScalarReads(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 
 def test_a_step_reads_its_values_back_in_one_transfer(
-    corpus: Path, tmp_path: Path, one_rank: DistEnv, monkeypatch: pytest.MonkeyPatch
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = _config(corpus, tmp_path, steps=3, global_batch=12, micro_batch=2)  # 6 micro-steps per step
-    trainer = Trainer(cfg, one_rank, StopRequest())
+    trainer = Trainer(cfg, STANDALONE)
     transfers: list[int] = []
-    real_host_values = train_module.host_values
+    real_host_values = session_module.host_values
 
     def counted(reduced: torch.Tensor) -> list[float]:
         transfers.append(reduced.numel())
         return real_host_values(reduced)
 
-    monkeypatch.setattr(train_module, "host_values", counted)
+    monkeypatch.setattr(session_module, "host_values", counted)
     reads = ScalarReads()
     real_step = trainer.optimizer.step
 
@@ -141,26 +144,42 @@ def test_a_step_reads_its_values_back_in_one_transfer(
             reads.paused = False
 
     monkeypatch.setattr(trainer.optimizer, "step", unwatched_step)
-    monkeypatch.setattr(trainer, "save", lambda: None)  # the final checkpoint is not part of a step
+    monkeypatch.setattr(trainer.elastic, "_final_save", lambda: None)  # not part of a step
     with reads:
         assert trainer.train() == 0
     assert reads.reads == 0
-    assert transfers == [3, 3, 3]  # loss, stop flag, snapshot busy: one transfer per step
+    assert transfers == [4, 4, 4]  # loss, membership changed, stopping, snapshot busy: one per step
     records = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in records] == [1, 2, 3]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA's sync debug mode)")
-def test_a_gpu_step_never_waits_for_the_device(corpus: Path, tmp_path: Path, one_rank: DistEnv) -> None:
-    """On a GPU: after a warm-up step (DDP's and the allocators' first-use work), ``train_step`` queues
-    its work without a single synchronising call; CUDA raises on the first one."""
-    trainer = Trainer(_config(corpus, tmp_path, global_batch=8, micro_batch=2), one_rank, StopRequest())
-    trainer.train_step(trainer.batches.next_step())
-    batch = trainer.batches.next_step()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
+def test_a_gpu_step_never_waits_for_the_device(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU: after a warm-up step (DDP's and the allocators' first-use work), the trainer queues a
+    step's micro-steps without a single synchronising call (CUDA raises on the first one); the commit's
+    one read-back is the step's only sync."""
+    trainer = Trainer(_config(corpus, tmp_path, global_batch=8, micro_batch=2, steps=3), STANDALONE)
+    real_batch, real_commit = Trainer.batch, Step.commit
+    checked: list[int] = []
+
+    def strict_batch(self: Trainer, index: int, rank: int, world_size: int) -> Any:
+        out = real_batch(self, index, rank, world_size)
+        if index >= 1:
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            checked.append(index)
+        return out
+
+    def relaxed_commit(self: Step, *args: Any, **kwargs: Any) -> float:
+        torch.cuda.set_sync_debug_mode("default")
+        return real_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "batch", strict_batch)
+    monkeypatch.setattr(Step, "commit", relaxed_commit)
     try:
-        reduced = trainer.train_step(batch)
+        assert trainer.train() == 0
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert reduced.device.type == "cuda" and reduced.shape == (3,)
+    assert checked == [1, 2]

@@ -14,7 +14,7 @@ def _setup_logging() -> None:
     live = bool(os.environ.get("LLMJOB_LIVE_ETCD"))
     who = os.environ.get("LLMJOB_POD_NAME", "") if live else f"r{rank}"
     logging.basicConfig(
-        level=os.environ.get("LOGLEVEL", "INFO" if rank == "0" or live else "WARNING").upper(),
+        level=os.environ.get("LOGLEVEL", "INFO").upper() if live else ("INFO" if rank == "0" else "WARNING"),
         format=f"[trainer {who}] %(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

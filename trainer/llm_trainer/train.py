@@ -159,6 +159,11 @@ class Trainer:
         """The model whose state is trained (unwrapped under DDP)."""
         return self.elastic.state.model
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer (a new object per generation only under HSDP)."""
+        return self.elastic.state.optimizers[0]
+
     def _autocast(self, device: torch.device) -> contextlib.AbstractContextManager[Any]:
         if self.autocast_ddp:
             return torch.autocast(device.type, dtype=torch.bfloat16)

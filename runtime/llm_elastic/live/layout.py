@@ -137,8 +137,8 @@ def decide(stored: Generation | None, live: list[str], me: str, left: int, min_m
         if all(m in live for m in stored.members):
             return Action.JOIN
         return Action.PROPOSE  # one of its members is gone already: supersede it
-    if stored is None:
-        return Action.PROPOSE if len(live) >= min_members else Action.WAIT
+    if stored is None:  # a new job, or a fresh etcd after an outage (then members that trained go on)
+        return Action.PROPOSE if len(live) >= min_members or left > 0 else Action.WAIT
     if me not in stored.members and all(m in live for m in stored.members) and left == 0:
         return Action.WAIT  # a joiner: the running generation takes us in at its next step boundary
     return Action.PROPOSE

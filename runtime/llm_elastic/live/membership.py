@@ -71,22 +71,49 @@ class Membership:
         self.member = member
         self.shard_size = shard_size
         """Processes per host that shard the state (HSDP); only complete hosts form generations."""
-        self.lease = LeaseKeeper(client, ttl)
+        self.lease = LeaseKeeper(client, ttl, self._reregister)
         self.changed = threading.Event()
         self._watches: list[int] = []
+        self._info = b""
+        self.current: Generation | None = None
+        """The generation this member trains in (the session sets it): re-published after an outage."""
+        self.last_step = 0
+        """The job step rank 0 last recorded (re-published after an outage)."""
 
     def register(self) -> None:
         """Put this member's key on its lease and start watching members and the generation record."""
-        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+        self._info = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
         _, revision = self.client.get_at(layout.generation_key(self.prefix))
-        self.client.put(layout.member_key(self.prefix, self.member), info, lease=self.lease.lease_id)
+        self.client.put(layout.member_key(self.prefix, self.member), self._info, lease=self.lease.lease_id)
+        self._watch(revision)
 
+    def _watch(self, revision: int) -> None:
         def wake(_keys: list[bytes]) -> None:
             self.changed.set()
 
+        for watch_id in self._watches:
+            self.client.cancel_watch(watch_id)
         # EtcdClient reports puts only; a delete arrives as an empty key list, which also sets the flag.
-        self._watches.append(self.client.watch(layout.members_prefix(self.prefix), revision + 1, wake))
-        self._watches.append(self.client.watch(layout.generation_key(self.prefix), revision + 1, wake))
+        self._watches = [
+            self.client.watch(layout.members_prefix(self.prefix), revision + 1, wake),
+            self.client.watch(layout.generation_key(self.prefix), revision + 1, wake),
+        ]
+
+    def _reregister(self, lease: int) -> None:
+        """The store lost our keys (an outage longer than the lease, or a fresh etcd at the same address):
+        put this member back, watch again from the store's revision, and, as the generation's rank 0,
+        publish the generation and the step again so that joiners wait for a step boundary instead of
+        forming a generation of their own. Training never stopped: it needs the store only to re-form."""
+        if not self._info:
+            return
+        _, revision = self.client.get_at(layout.generation_key(self.prefix))
+        self.client.put(layout.member_key(self.prefix, self.member), self._info, lease=lease)
+        self._watch(revision)
+        current = self.current
+        if current is not None and current.members and current.members[0] == self.member:
+            self.client.swap(layout.generation_key(self.prefix), current.encode(), None)
+            self.client.put(layout.step_key(self.prefix), str(self.last_step).encode())
+        log.warning("etcd lost this member's keys; registered again as %s", self.member)
 
     def is_live(self) -> bool:
         """Whether this member's key still exists."""
@@ -114,6 +141,7 @@ class Membership:
 
     def set_job_step(self, step: int) -> None:
         """Rank 0 after each step; an unreachable store is ridden out (training needs it only to re-form)."""
+        self.last_step = step
         try:
             self.client.put(layout.step_key(self.prefix), str(step).encode())
         except EtcdError as exc:

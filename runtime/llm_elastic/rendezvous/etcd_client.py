@@ -287,11 +287,16 @@ class EtcdClient:
 class LeaseKeeper:
     """Holds one lease alive from a daemon thread; a lease that expired anyway is replaced by a new one."""
 
-    def __init__(self, client: EtcdClient, ttl: int) -> None:
+    def __init__(
+        self, client: EtcdClient, ttl: int, on_new_lease: Callable[[int], None] | None = None
+    ) -> None:
         if ttl < 2:
             raise ValueError(f"lease ttl must be at least 2 seconds, got {ttl}")
         self._client = client
         self._ttl = ttl
+        self.on_new_lease = on_new_lease
+        """Called (from the keeper's thread) with a lease that replaced an expired one: the keys that were
+        attached to the old one are gone (an etcd outage longer than the TTL, or a fresh etcd)."""
         self._lock = threading.Lock()
         self._lease: int | None = None
         self._stop = threading.Event()
@@ -322,8 +327,13 @@ class LeaseKeeper:
                     log.warning("etcd lease %x expired; granting a new one", lease)
                     with self._lock:
                         self._lease = self._client.grant_lease(self._ttl)
+                        fresh = self._lease
+                    if self.on_new_lease is not None:
+                        self.on_new_lease(fresh)
             except EtcdError as exc:
                 log.warning("could not refresh etcd lease %x: %s", lease, exc)
+            except Exception:  # a callback's failure must not end the keeper
+                log.exception("re-registering after a new etcd lease failed")
 
     def close(self, revoke: bool = False) -> None:
         """Stop refreshing; with ``revoke`` also delete every key attached to the lease now."""
