@@ -37,7 +37,7 @@ from llm_elastic.live.membership import evict
 from llm_elastic.metrics import read_records
 from llm_elastic.order import GlobalOrder
 from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
-from llm_elastic.testing.local_etcd import LocalEtcd, etcd_binary
+from llm_testbed.local_etcd import LocalEtcd, etcd_binary
 from llm_trainer.data.prepare import main as prepare
 from llm_trainer.data.shards import TokenShards
 

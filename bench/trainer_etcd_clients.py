@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llm_elastic.testing.local_etcd import LocalEtcd, etcd_binary, free_port
+from llm_testbed.local_etcd import LocalEtcd, etcd_binary, free_port
 
 
 def ms(samples: list[float]) -> float:

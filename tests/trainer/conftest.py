@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
-from llm_elastic.testing.local_etcd import LocalEtcd, etcd_binary
+from llm_testbed.local_etcd import LocalEtcd, etcd_binary
 from trainer_support import Processes, write_corpus
-
-if TYPE_CHECKING:
-    from llm_trainer.distributed import DistEnv
 
 
 @pytest.fixture(scope="session")
@@ -34,16 +30,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def one_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistEnv]:
-    """A one-process gloo group (no torchrun variables), destroyed after the test."""
+def one_rank() -> Iterator[None]:
+    """A one-process gloo group, destroyed after the test."""
     import torch.distributed as dist
-    from llm_trainer.distributed import init_distributed
+    from torch._C._distributed_c10d import HashStore
 
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LLMJOB_CHECKPOINT_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    env = init_distributed(60)
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
     try:
-        yield env
+        yield
     finally:
         dist.destroy_process_group()
 

@@ -16,7 +16,7 @@ from live_support import GLOBAL_BATCH, SEED, SEQ_LEN, check_exact_sequence, memb
 from llm_elastic.accounting import audit
 from llm_elastic.checkpoint import latest_checkpoint
 from llm_elastic.order import GlobalOrder
-from llm_elastic.testing.local_etcd import LocalEtcd
+from llm_testbed.local_etcd import LocalEtcd
 from llm_trainer.data.shards import TokenShards
 from trainer_support import Processes, wait_for
 

@@ -18,8 +18,8 @@ from llm_elastic.live.membership import (
     read_generation,
 )
 from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
-from llm_elastic.testing.local_etcd import LocalEtcd
 from llm_operator.live_evict import evict_pods
+from llm_testbed.local_etcd import LocalEtcd
 from trainer_support import wait_for
 
 

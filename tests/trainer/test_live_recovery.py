@@ -15,7 +15,7 @@ from pathlib import Path
 from live_support import check_exact_sequence, member_argv, records, start_member
 from llm_elastic.live.membership import evict
 from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
-from llm_elastic.testing.local_etcd import LocalEtcd
+from llm_testbed.local_etcd import LocalEtcd
 from support.live_events import events
 from trainer_support import Processes, wait_for
 

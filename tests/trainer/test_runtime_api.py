@@ -20,7 +20,7 @@ from llm_elastic.live.membership import evict
 from llm_elastic.metrics import read_records
 from llm_elastic.order import GlobalOrder
 from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
-from llm_elastic.testing.local_etcd import LocalEtcd
+from llm_testbed.local_etcd import LocalEtcd
 from support.live_events import events
 from trainer_support import Processes, trainer_env, wait_for
 

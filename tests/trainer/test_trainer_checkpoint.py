@@ -11,7 +11,7 @@ import pytest
 import torch
 from llm_elastic.checkpoint import MARKER, SAVE_STALL_ENV, latest_checkpoint, step_dir
 from llm_elastic.metrics import read_records
-from llm_elastic.testing.local_etcd import free_port
+from llm_testbed.local_etcd import free_port
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from trainer_support import Processes, launch_world, train_argv, trainer_env, wait_for
 

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from llm_elastic.metrics import read_records
 from llm_elastic.order import GlobalOrder
-from llm_elastic.testing.local_etcd import LocalEtcd
+from llm_testbed.local_etcd import LocalEtcd
 from llm_trainer.data.shards import TokenShards
 from trainer_support import Processes, train_argv, wait_for
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from llm_elastic.rendezvous.etcd_backend import EtcdV3RendezvousBackend
 from llm_elastic.rendezvous.etcd_client import EtcdClient, LeaseKeeper, WatchCallback, parse_endpoints
 from llm_elastic.rendezvous.etcd_store import EtcdV3Store
-from llm_elastic.testing.local_etcd import LocalEtcd, free_port
+from llm_testbed.local_etcd import LocalEtcd, free_port
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler

@@ -18,7 +18,7 @@ from llm_elastic.contract import SNAPSHOT_ENV as SNAPSHOT_DIR_ENV
 from llm_elastic.metrics import read_records
 from llm_elastic.order import GlobalOrder
 from llm_elastic.snapshot.store import inventory
-from llm_elastic.testing.local_etcd import LocalEtcd
+from llm_testbed.local_etcd import LocalEtcd
 from llm_trainer.data.shards import TokenShards
 from trainer_support import Processes, launch_world, train_argv, trainer_env, wait_for
 

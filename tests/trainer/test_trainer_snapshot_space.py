@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from llm_elastic.snapshot import space
 from llm_elastic.snapshot.manager import Snapshotter
 from llm_elastic.snapshot.space import (
@@ -23,7 +24,6 @@ from llm_elastic.snapshot.space import (
     state_entry_bytes,
 )
 from llm_trainer.config import ModelConfig, model_config
-from llm_trainer.distributed import DistEnv, cpu_group
 from llm_trainer.model import Transformer
 from trainer_support import train_argv, trainer_env
 
@@ -92,7 +92,7 @@ def test_free_space_counts_the_shards_already_in_the_folder(
 
 @pytest.mark.parametrize("tie", [False, True])
 def test_the_predicted_shard_is_the_payload_a_snapshot_writes(
-    tie: bool, tmp_path: Path, one_rank: DistEnv
+    tie: bool, tmp_path: Path, one_rank: None
 ) -> None:
     cfg = ModelConfig(
         dim=32,
@@ -110,14 +110,14 @@ def test_the_predicted_shard_is_the_payload_a_snapshot_writes(
     predicted = payload_bytes(state_entry_bytes(model, optimizer))  # before the optimizer has any state
     model(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
     optimizer.step()
-    snapshots = Snapshotter(tmp_path, 0, 1, 1, cpu_group(), "test", replicated=True)
+    snapshots = Snapshotter(tmp_path, 0, 1, 1, dist.new_group(backend="gloo"), "test", replicated=True)
     snapshots.take(1, model, optimizer, {"step": 1})
     header = snapshots.local.read_header()
     assert header is not None and header["payload_bytes"] == predicted
 
 
 def test_check_refuses_and_accepts_by_the_free_space(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_rank: DistEnv
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_rank: None
 ) -> None:
     model = Transformer(
         ModelConfig(dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=8, vocab_size=50, max_seq_len=8)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from llm_elastic.testing.local_etcd import free_port
+from llm_testbed.local_etcd import free_port
 from trainer_support import Processes, wait_for
 
 pytestmark = pytest.mark.trainer

@@ -174,7 +174,7 @@ def launch_world(
     procs: Processes, argv: Sequence[str], world_size: int, name: str
 ) -> list[subprocess.Popen[bytes]]:
     """Start ``world_size`` ranks of ``argv`` with the env torchrun would set (no agent: faster)."""
-    from llm_elastic.testing.local_etcd import free_port
+    from llm_testbed.local_etcd import free_port
 
     port = str(free_port())
     started = []

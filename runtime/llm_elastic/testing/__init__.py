@@ -1,1 +1,0 @@
-"""Helpers for the trainer's tests and benchmarks (a local etcd, free ports); not used in training."""
