@@ -1,7 +1,8 @@
 """Checkpoint cost side by side: training stall per save (sync / async / snapshot), persist throughput as a
 fraction of ``dd ... conv=fsync`` on the same disk, and restore time (memory vs filesystem).
 
-One process (world size 1), the real ``Trainer`` with its model, AdamW and data loader. For each mode it
+One process (world size 1), the real ``Trainer`` with its model, AdamW and data loader, driven step by step
+through the runtime (``llm_elastic``: its checkpointer and snapshotter make the saves). For each mode it
 trains a few steps, saves ``--rounds`` times and reports the median of:
 - stall: seconds the training thread spent inside the save call (sync: the whole DCP save; async: staging
   into the reused host buffers; snapshot: the copy into /dev/shm);
@@ -33,14 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from llm_elastic.checkpoint import latest_checkpoint, step_dir
-from llm_elastic.signals import StopRequest
+from llm_elastic.checkpoint import Checkpointer, latest_checkpoint
+from llm_elastic.session import Elastic
+from llm_elastic.snapshot.manager import Snapshotter
 from llm_trainer.config import MODELS, ModelConfig, TrainConfig
 from llm_trainer.data.prepare import main as prepare
-from llm_trainer.distributed import DistEnv, init_distributed
 from llm_trainer.train import Trainer
-from torch.distributed.checkpoint.state_dict import get_state_dict
 
 # A CPU-sized model (about 55M parameters, 0.66 GB of fp32 weights + AdamW state).
 MODELS.setdefault(
@@ -80,7 +79,14 @@ def make_corpus(folder: Path) -> Path:
     return folder / "shards"
 
 
-def build(args: argparse.Namespace, env: DistEnv, corpus: Path, ckpt: Path, snapshot_dir: Path) -> Trainer:
+STANDALONE: dict[str, str] = {}
+NEVER = 10**9
+"""An interval that never comes: the snapshotter exists, the bench decides when it snapshots."""
+
+
+def build(
+    args: argparse.Namespace, corpus: Path, ckpt: Path, snapshot_dir: Path, snapshots: bool = True
+) -> Trainer:
     cfg = TrainConfig(
         data=str(corpus),
         checkpoint_dir=str(ckpt),
@@ -92,19 +98,45 @@ def build(args: argparse.Namespace, env: DistEnv, corpus: Path, ckpt: Path, snap
         precision=args.precision,
         metrics_port=0,
         checkpoint_every=0,
-        snapshot_every=1,
+        snapshot_every=NEVER if snapshots else 0,
         snapshot_dir=str(snapshot_dir),
         keep_checkpoints=2,
     ).resolved()
-    return Trainer(cfg, env, StopRequest())
+    return Trainer(cfg, STANDALONE)
 
 
-def step(trainer: Trainer) -> float:
-    started = time.monotonic()
-    reduced = trainer.train_step(trainer.batches.next_step())
-    reduced.sum().item()
-    trainer.step += 1
-    return time.monotonic() - started
+class Driven:
+    """A trainer stepped one step at a time through its runtime's loop."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.el: Elastic = trainer.elastic
+        self.steps = self.el.steps()
+
+    def step(self) -> float:
+        started = time.monotonic()
+        current = next(self.steps)  # the first call also forms the process group and restores
+        with current:
+            self.trainer.train_step(current)
+        return time.monotonic() - started
+
+    @property
+    def checkpointer(self) -> Checkpointer:
+        assert self.el.checkpointer is not None
+        return self.el.checkpointer
+
+    @property
+    def snapshots(self) -> Snapshotter:
+        assert self.el.snapshots is not None
+        return self.el.snapshots
+
+    def save(self, background: bool) -> Path:
+        el = self.el
+        save = self.checkpointer.save_async if background else self.checkpointer.save
+        return save(el.progress.step, el.state.model, self.trainer.optimizer, el._meta(), el._extras_blob())
+
+    def close(self) -> None:
+        self.steps.close()
 
 
 def evict(folder: Path) -> None:
@@ -119,21 +151,20 @@ def evict(folder: Path) -> None:
                 os.close(fd)
 
 
-def timed_restore(fresh: Trainer, source: str) -> float:
-    """Seconds to load the newest snapshot or checkpoint into a fresh trainer (optimizer state allocated
-    beforehand, as both paths need it)."""
-    get_state_dict(fresh.model, fresh.optimizer)
-    info = latest_checkpoint(fresh.root)
+def timed_restore(args: argparse.Namespace, corpus: Path, ckpt: Path, snap: Path, source: str) -> float:
+    """Seconds the runtime took to restore a fresh trainer (its own ``restore_seconds``): from the newest
+    snapshot (``memory``) or the newest checkpoint (page cache warm, or evicted first: ``cold``)."""
+    info = latest_checkpoint(ckpt)
     assert info is not None
     if source == "cold":
         evict(info.path)
-    started = time.monotonic()
-    if source == "memory":
-        assert fresh.snapshots is not None
-        assert fresh.snapshots.restore(fresh.model, fresh.optimizer, 0) is not None
-    else:
-        fresh.checkpointer.load(info, fresh.model, fresh.optimizer)
-    return time.monotonic() - started
+    fresh = Driven(build(args, corpus, ckpt, snap, snapshots=source == "memory"))
+    fresh.step()
+    want = "memory" if source == "memory" else "checkpoint"
+    assert fresh.el.restore_source == want, (fresh.el.restore_source, want)
+    seconds = fresh.el.restore_seconds
+    fresh.close()
+    return seconds
 
 
 def median(values: list[float]) -> float:
@@ -155,28 +186,29 @@ def main() -> int:
     parser.add_argument("--snapshot-dir", default="/dev/shm/llm-trainer-bench")
     args = parser.parse_args()
 
-    env = init_distributed(600.0)
     work = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-"))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     snap = Path(args.snapshot_dir)
     shutil.rmtree(snap, ignore_errors=True)
     corpus = make_corpus(work / "corpus")
-    trainer = build(args, env, corpus, work / "ckpt", snap)
+    ckpt = work / "ckpt"
+    run = Driven(build(args, corpus, ckpt, snap))
     for _ in range(2):
-        step(trainer)  # AdamW state exists from here on
-    plain = [step(trainer) for _ in range(3)]
+        run.step()  # AdamW state exists from here on
+    plain = [run.step() for _ in range(3)]
     # First use allocates the staging buffers and both snapshot slots: not what a steady-state save costs.
-    trainer.checkpointer.save_async(trainer.step, trainer.model, trainer.optimizer, trainer._meta())
-    trainer.checkpointer.wait()
+    run.save(background=True)
+    run.checkpointer.wait()
     for _ in range(2):
-        step(trainer)
-        trainer.snapshot()
+        run.step()
+        run.el._snapshot()
+    optimizer = run.trainer.optimizer
     state_bytes = sum(
         t.numel() * t.element_size()
         for t in [
-            *trainer.model.parameters(),
-            *(v for s in trainer.optimizer.state.values() for v in s.values()),
+            *run.el.state.model.parameters(),
+            *(v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)),
         ]
     )
     dd = dd_rate(work, state_bytes)
@@ -186,48 +218,45 @@ def main() -> int:
     }
     during: list[float] = []
     for _ in range(args.rounds):
-        step(trainer)
-        trainer.checkpointer.save(trainer.step, trainer.model, trainer.optimizer, trainer._meta())
-        size = dir_bytes(step_dir(trainer.root, trainer.step))
-        rows["sync"]["stall"].append(trainer.checkpointer.last_stall)
-        rows["sync"]["persist"].append(trainer.checkpointer.last_persist)
-        rows["sync"]["rate"].append(size / trainer.checkpointer.last_persist)
+        run.step()
+        path = run.save(background=False)
+        rows["sync"]["stall"].append(run.checkpointer.last_stall)
+        rows["sync"]["persist"].append(run.checkpointer.last_persist)
+        rows["sync"]["rate"].append(dir_bytes(path) / run.checkpointer.last_persist)
 
-        step(trainer)
-        trainer.checkpointer.save_async(trainer.step, trainer.model, trainer.optimizer, trainer._meta())
-        saved = trainer.step
-        while trainer.checkpointer.in_flight:
-            during.append(step(trainer))
-        trainer.checkpointer.wait()
-        size = dir_bytes(step_dir(trainer.root, saved))
-        rows["async"]["stall"].append(trainer.checkpointer.last_stall)
-        rows["async"]["persist"].append(trainer.checkpointer.last_persist)
-        rows["async"]["rate"].append(size / trainer.checkpointer.last_persist)
+        run.step()
+        path = run.save(background=True)
+        while run.checkpointer.in_flight:
+            during.append(run.step())
+        run.checkpointer.wait()
+        rows["async"]["stall"].append(run.checkpointer.last_stall)
+        rows["async"]["persist"].append(run.checkpointer.last_persist)
+        rows["async"]["rate"].append(dir_bytes(path) / run.checkpointer.last_persist)
 
-        step(trainer)  # the same background persist with the training thread idle (the persist path alone)
-        trainer.checkpointer.save_async(trainer.step, trainer.model, trainer.optimizer, trainer._meta())
-        trainer.checkpointer.wait()
-        size = dir_bytes(step_dir(trainer.root, trainer.step))
-        rows["async, training idle"]["stall"].append(trainer.checkpointer.last_stall)
-        rows["async, training idle"]["persist"].append(trainer.checkpointer.last_persist)
-        rows["async, training idle"]["rate"].append(size / trainer.checkpointer.last_persist)
+        run.step()  # the same background persist with the training thread idle (the persist path alone)
+        path = run.save(background=True)
+        run.checkpointer.wait()
+        rows["async, training idle"]["stall"].append(run.checkpointer.last_stall)
+        rows["async, training idle"]["persist"].append(run.checkpointer.last_persist)
+        rows["async, training idle"]["rate"].append(dir_bytes(path) / run.checkpointer.last_persist)
 
-        step(trainer)
-        trainer.snapshot()
-        assert trainer.snapshots is not None
-        rows["snapshot"]["stall"].append(trainer.snapshots.last_stall)
-        rows["snapshot"]["persist"].append(trainer.snapshots.last_stall)
+        run.step()
+        run.el._snapshot()
+        rows["snapshot"]["stall"].append(run.snapshots.last_stall)
+        rows["snapshot"]["persist"].append(run.snapshots.last_stall)
         rows["snapshot"]["rate"].append(
-            trainer.snapshots.local.payload_path.stat().st_size / trainer.snapshots.last_stall
+            run.snapshots.local.payload_path.stat().st_size / run.snapshots.last_stall
         )
 
     # Restore into a fresh trainer: memory first (newest snapshot), then the newest checkpoint from disk.
+    run.save(background=False)
+    run.el._snapshot()
+    run.snapshots.wait()
+    run.close()
     restore: dict[str, float] = {}
-    trainer.checkpointer.save(trainer.step, trainer.model, trainer.optimizer, trainer._meta())
-    trainer.snapshot()
-    restore["memory"] = timed_restore(build(args, env, corpus, work / "ckpt", snap), "memory")
-    restore["filesystem (page cache)"] = timed_restore(build(args, env, corpus, work / "ckpt", snap), "warm")
-    restore["filesystem (cold)"] = timed_restore(build(args, env, corpus, work / "ckpt", snap), "cold")
+    restore["memory"] = timed_restore(args, corpus, ckpt, snap, "memory")
+    restore["filesystem (page cache)"] = timed_restore(args, corpus, ckpt, snap, "warm")
+    restore["filesystem (cold)"] = timed_restore(args, corpus, ckpt, snap, "cold")
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else (platform.processor() or "cpu")
     print(
@@ -263,7 +292,6 @@ def main() -> int:
     shutil.rmtree(snap, ignore_errors=True)
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
-    dist.destroy_process_group()
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from llm_elastic import DDP, HSDP, Elastic, ElasticConfig, ElasticSampler, read_contract
+from llm_elastic import DDP, HSDP, Elastic, ElasticConfig, ElasticSampler, Step, read_contract
 from llm_elastic.contract import IN_PROCESS, RESTART, Contract
 from llm_elastic.wrap import WrapPolicy
 from torch import nn
@@ -187,41 +187,45 @@ class Trainer:
 
     def train(self) -> int:
         """Train up to ``--steps``; returns 0 (the runtime exits the process itself on a stop or eviction)."""
-        cfg = self.cfg
-        tokens_in_step = cfg.global_batch * cfg.seq_len
         for step in self.elastic.steps():
             with step:
-                started = time.monotonic()
-                batch = self.batch(step.index, step.rank, step.world_size)
-                model, optimizer, device = step.model, step.optimizer, step.device
-                # Mean over the whole global batch whatever the world size and accumulation.
-                scale = step.world_size / tokens_in_step
-                lr = learning_rate(cfg, step.index)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                loss_sum = torch.zeros((), device=device)
-                last = len(batch.micro_batches) - 1
-                for index, micro in enumerate(batch.micro_batches):
-                    inputs = self._to_device(micro.inputs, device)
-                    targets = self._to_device(micro.targets, device)
-                    with gradient_sync(model, index == last), self._autocast(device):
-                        token_loss: torch.Tensor = model(inputs, targets, cfg.loss_chunk_tokens)
-                        scaled: torch.Tensor = token_loss * (scale * micro.weight)
-                        scaled.backward()  # type: ignore[no-untyped-call]
-                    loss_sum += token_loss.detach() * micro.weight
-                loss = step.commit(loss_sum * scale)  # mean over members of this: the per-token loss
-                if cfg.grad_clip > 0:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                if cfg.min_step_seconds > 0:
-                    time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
-                elapsed = time.monotonic() - started
-                step.record(
-                    lr=lr,
-                    grad_accum=len(batch.micro_batches),
-                    tokens=tokens_in_step,
-                    tokens_per_s=round(tokens_in_step / max(elapsed, 1e-9), 1),
-                )
-                del loss
+                self.train_step(step)
         return 0
+
+    def train_step(self, step: Step) -> float:
+        """One step: the rank's micro-batches, the commit, the update; returns the global loss."""
+        cfg = self.cfg
+        tokens_in_step = cfg.global_batch * cfg.seq_len
+        started = time.monotonic()
+        batch = self.batch(step.index, step.rank, step.world_size)
+        model, optimizer, device = step.model, step.optimizer, step.device
+        # Mean over the whole global batch whatever the world size and accumulation.
+        scale = step.world_size / tokens_in_step
+        lr = learning_rate(cfg, step.index)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=device)
+        last = len(batch.micro_batches) - 1
+        for index, micro in enumerate(batch.micro_batches):
+            inputs = self._to_device(micro.inputs, device)
+            targets = self._to_device(micro.targets, device)
+            with gradient_sync(model, index == last), self._autocast(device):
+                token_loss: torch.Tensor = model(inputs, targets, cfg.loss_chunk_tokens)
+                scaled: torch.Tensor = token_loss * (scale * micro.weight)
+                scaled.backward()  # type: ignore[no-untyped-call]
+            loss_sum += token_loss.detach() * micro.weight
+        loss = step.commit(loss_sum * scale)  # mean over members of this: the per-token loss
+        if cfg.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if cfg.min_step_seconds > 0:
+            time.sleep(max(0.0, cfg.min_step_seconds - (time.monotonic() - started)))
+        elapsed = time.monotonic() - started
+        step.record(
+            lr=lr,
+            grad_accum=len(batch.micro_batches),
+            tokens=tokens_in_step,
+            tokens_per_s=round(tokens_in_step / max(elapsed, 1e-9), 1),
+        )
+        return loss
