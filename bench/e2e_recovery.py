@@ -10,7 +10,7 @@ the node back, and waits for the first step at world size 2 again. Printed per r
 - steps replayed per loss (from the trainer's own step log, ``llm_elastic.accounting``).
 
 Both recovery modes run one after the other in one invocation, on the same cluster (side by side):
-``restart`` (torchrun, checkpoints) and ``inProcess`` (the live driver: survivors keep their processes,
+``restart`` (torchrun, checkpoints) and ``inProcess`` (the runtime library: survivors keep their processes,
 the operator evicts the lost worker's members, the replacement takes the state from the survivor).
 
     python bench/e2e_recovery.py --rounds 10 [--recovery restart,inProcess] [--backend etcd-v3|c10d] [--keep]

@@ -1,4 +1,4 @@
-"""Recovery without restarting (``python -m llm_trainer.live``): lost member and joiner, tiny model on CPU.
+"""Recovery without restarting (``python -m llm_trainer`` in process): lost member and joiner, tiny model.
 
 Three members train on a real etcd. Then ``--events`` times: SIGKILL a random member and evict it (what the
 operator does when it sees the node die), measure the time from the kill to the first step completed by
@@ -73,15 +73,26 @@ class Job:
         name = f"m{self.count}"
         self.count += 1
         argv = [
-            sys.executable, "-m", "llm_trainer.live",
-            "--data", str(self.data), "--metrics", str(self.metrics),
-            "--etcd", self.etcd, "--prefix", PREFIX, "--member", name, "--min-members", "3",
+            sys.executable, "-m", "llm_trainer",
+            "--data", str(self.data), "--step-log", str(self.metrics),
+            "--checkpoint-dir", str(self.metrics.parent / "ckpt"), "--checkpoint-every", "0",
+            "--metrics-port", "0",
             "--seq-len", str(SEQ_LEN), "--global-batch", str(GLOBAL_BATCH), "--micro-batch", "2",
             "--seed", str(SEED), "--steps", "1000000", "--min-step-seconds", str(self.step_seconds),
         ]  # fmt: skip
         if release is not None:
             argv += ["--start-when", str(release)]
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", LOGLEVEL="WARNING")
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            PYTHONUNBUFFERED="1",
+            LOGLEVEL="WARNING",
+            LLMJOB_RECOVERY="inProcess",
+            LLMJOB_LIVE_ETCD=self.etcd,
+            LLMJOB_LIVE_PREFIX=PREFIX,
+            LLMJOB_LIVE_MEMBER=name,
+            LLMJOB_LIVE_MIN_MEMBERS="3",
+        )
         with (self.logs / f"{name}.log").open("ab") as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -105,8 +105,8 @@ def training_job(
 ) -> dict[str, Any]:
     """The smoke example on the fake p5 nodes: one worker per node, ``steps`` steps, the given backend.
 
-    ``recovery="inProcess"`` starts from the in-process example (the live driver) instead; its metrics go
-    to the same place (:func:`metrics_path`)."""
+    ``recovery="inProcess"`` starts from the in-process example instead; its metrics go to the same place
+    (:func:`metrics_path`)."""
     job = copy.deepcopy(example_job(LIVE_EXAMPLE if recovery == "inProcess" else EXAMPLE))
     job["metadata"] = {"name": name, "namespace": namespace}
     spec = job["spec"]
