@@ -133,6 +133,9 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
+    {"name": "Goodput", "type": "number", "jsonPath": ".status.progress.goodput"},
+    {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
