@@ -297,3 +297,36 @@ def test_simulated_node_loss_bounded_writes_and_goodput_matches_the_step_log() -
     )
     assert log.replayed > 0 and p["goodput"] < 0.95
     assert abs(p["goodput"] - log.goodput) < 0.02, (p["goodput"], log)
+
+
+# -- settings and the operator's gauges ----------------------------------------------------------------------
+
+
+def test_progress_interval_setting() -> None:
+    from llm_operator.settings import Settings
+
+    assert Settings.from_env({}).progress_seconds == 30.0
+    assert Settings.from_env({"LLMJOB_PROGRESS_SECONDS": "10"}).progress_seconds == 10.0
+    assert Settings.from_env({"LLMJOB_PROGRESS_SECONDS": "0"}).progress_seconds == 0.0
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(ValueError, match="LLMJOB_PROGRESS_SECONDS"):
+            Settings.from_env({"LLMJOB_PROGRESS_SECONDS": bad})
+
+
+def test_job_gauges_follow_status_progress() -> None:
+    from llm_operator import metrics
+    from prometheus_client import REGISTRY
+
+    def value(name: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"namespace": "ml", "llmjob": "gauged", **labels})
+
+    progress = {"step": 120, "goodput": 0.97, "goodputLastHour": 0.9, "tokensPerSecond": 5000.0}
+    metrics.observe_progress(
+        "ml", "gauged", {**progress, "estimatedCompletionTime": format_time(NOW + 60)}, NOW
+    )
+    assert value("llmjob_job_step") == 120 and value("llmjob_job_goodput", window="life") == 0.97
+    assert value("llmjob_job_goodput", window="hour") == 0.9 and value("llmjob_job_eta_seconds") == 60
+    metrics.observe_progress("ml", "gauged", {"step": 130}, NOW)
+    assert value("llmjob_job_step") == 130 and value("llmjob_job_goodput", window="life") is None
+    metrics.forget_job("ml", "gauged")
+    assert value("llmjob_job_step") is None, "a deleted job's series go"
