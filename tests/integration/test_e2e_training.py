@@ -100,6 +100,15 @@ def _check_progress(t: Training, watch: StatusWatch) -> None:
         f" (productive {log.productive:.1f}s / wall {log.wall:.1f}s, {log.steps} steps,"
         f" {log.replayed} replayed)"
     )
+    history = []
+    for v in watch.versions():
+        q = (v.get("status") or {}).get("progress")
+        if q and (not history or history[-1][0] != q["updateTime"]):
+            kept = step_log_goodput(t.records(), start, end, up_to_step=q["highWaterStep"]).productive
+            history.append((q["updateTime"], q["step"], q["highWaterStep"], q.get("stepTimeCount"),
+                            q["productiveSeconds"], round(kept, 3), q["wallSeconds"]))  # fmt: skip
+    print("updateTime, step, highWaterStep, count, productive (status), productive (log), wall:")
+    print("\n".join(map(str, history)))
     assert p["goodput"] < 1, "a node loss costs wall time"
     assert abs(p["goodput"] - log.goodput) <= 0.03, (p, log)
     assert abs(p["wallSeconds"] - log.wall) <= 1.0, "wall time runs from startTime"

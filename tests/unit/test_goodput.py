@@ -99,6 +99,14 @@ def test_kept_work(
     assert got.step_time == pytest.approx(expected.step_time), case
 
 
+def test_steps_of_the_process_before_a_restart_are_worth_its_step_time() -> None:
+    """Grow-back: the world-1 process (0.07 s/step) did steps 81-120 after the last look and stopped with a
+    checkpoint; the world-2 process (0.12 s/step) resumed at 120 and is at 179 (59 steps)."""
+    work = kept_work(80, 80, 5.0, 70, timed(179, 59 * 0.12, 59), 0.07)
+    assert work.steps == 99 and work.step_time == pytest.approx(0.12)
+    assert work.seconds == pytest.approx(40 * 0.07 + 59 * 0.12)
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0, "0s"), (45.4, "45s"), (250, "4m10s"), (3600, "1h"), (3780, "1h3m"), (3 * 86400 + 7200 + 5, "3d2h")],

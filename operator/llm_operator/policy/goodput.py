@@ -13,8 +13,11 @@ record, so an operator restart loses nothing:
   ``step_time_seconds_sum``/``_count`` counters since the last fold. Within one process both counters
   and the step advance together (``step`` delta == ``count`` delta); when they do not (the process
   restarted, the counters reset, or another worker answered), the interval is the new process's own
-  life: its counters as they are. New steps never exceed the steps the process completed in the
-  interval, so work done before the job existed (a checkpoint of another run) is not counted.
+  life: its counters as they are. That process resumed at ``step - count``; steps between the
+  high-water mark and that point were done (and saved) by the process before it, after the last look,
+  and are worth that process's last mean step time (``stepTimeSeconds``). On the first look at a job,
+  new steps never exceed the steps the process completed, so work done before the job existed (a
+  checkpoint of another run) is not counted.
 - ``wallSeconds`` runs from ``status.startTime`` while the job is neither suspended, queued nor finished.
 - the last hour: ``window``, at most 12 buckets of 5 minutes (productive and wall seconds each).
 
@@ -100,8 +103,17 @@ def kept_work(
         if high_water == 0:  # the first look at this job: only this process's own steps are surely its work
             new_steps = min(new_steps, count)
     mean = d_sum / d_count if d_count > 0 else None
-    worth = mean if mean is not None else previous_step_time
-    return KeptWork(new_steps, new_steps * worth if worth is not None else 0.0, mean)
+    if same_process or high_water == 0:
+        worth = new_steps * mean if mean is not None else 0.0
+        return KeptWork(new_steps, worth, mean)
+    # A new process resumed at step - count. Steps from the high-water mark up to there were done by the
+    # process before it (after the last look, then saved): they are worth its step time, the rest this one's.
+    resumed = sample.step - count
+    gap = max(0, min(resumed, sample.step) - high_water)
+    own = new_steps - gap
+    gap_time = previous_step_time if previous_step_time is not None else mean
+    worth = gap * (gap_time or 0.0) + own * (mean or 0.0)
+    return KeptWork(new_steps, worth, mean)
 
 
 def _window(
