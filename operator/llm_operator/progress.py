@@ -137,11 +137,13 @@ class ProgressTracker:
         """Fold one round of answers in: any change of step or last-step time counts as progress
         (a restart that reloads an older checkpoint changes it too). A round with no answer, or only
         workers that have not completed a step yet, changes nothing."""
-        done = [s for s in samples if s.step > 0 or s.timestamp > 0]
+        answers = list(samples)
+        if answers:  # status.progress: the newest answer, even before a first step (it marks the start)
+            self.latest, self.latest_at = max(answers, key=lambda s: (s.timestamp, s.step)), now
+        done = [s for s in answers if s.step > 0 or s.timestamp > 0]
         if not done:
             return
         best = max(done, key=lambda s: (s.timestamp, s.step))
-        self.latest, self.latest_at = best, now
         if (best.step, best.timestamp) != (self.step, self.timestamp):
             self.step, self.timestamp, self.advanced_at = best.step, best.timestamp, now
 

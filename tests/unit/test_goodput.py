@@ -107,6 +107,15 @@ def test_steps_of_the_process_before_a_restart_are_worth_its_step_time() -> None
     assert work.seconds == pytest.approx(40 * 0.07 + 59 * 0.12)
 
 
+def test_a_look_before_the_first_step_makes_every_later_step_this_jobs() -> None:
+    """Seen before its first step, then lost and resumed from checkpoint 10 before the next look: steps 1-10
+    of the first process count too (the first look alone could not tell them from another run's)."""
+    p = fold(None, timed(0, 0.0, 0), NOW, start_time=NOW - 5, counting=True)
+    assert p is not None and p["step"] == 0 and "goodput" not in p, "seen, nothing to say yet"
+    p = fold(p, timed(49, 3.9, 39), NOW + 30, start_time=NOW - 5, counting=True)
+    assert p is not None and p["productiveSeconds"] == pytest.approx(4.9) and p["highWaterStep"] == 49
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0, "0s"), (45.4, "45s"), (250, "4m10s"), (3600, "1h"), (3780, "1h3m"), (3 * 86400 + 7200 + 5, "3d2h")],

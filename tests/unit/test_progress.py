@@ -51,7 +51,7 @@ def test_tracker_advances_on_change_only() -> None:
     t.record([], NOW)
     t.record([Sample(0, 0.0)], NOW)
     assert seen() == (None, None), "no answer, or no step yet, is no progress"
-    assert t.progress().latest is None
+    assert t.progress().latest == Sample(0, 0.0), "but status.progress sees the trainer before its first step"
     t.record([Sample(5, 100.0), Sample(4, 99.0)], NOW + 1)
     assert seen() == (5, NOW + 1)
     assert (t.progress().latest, t.progress().latest_at) == (Sample(5, 100.0), NOW + 1), "the newest answer"

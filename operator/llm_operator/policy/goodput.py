@@ -100,10 +100,11 @@ def kept_work(
         d_count, d_sum = count - previous_count, total - previous_sum
     else:
         d_count, d_sum = count, total
-        if high_water == 0:  # the first look at this job: only this process's own steps are surely its work
-            new_steps = min(new_steps, count)
+    first_look = previous_count is None
+    if first_look:  # only this process's own steps are surely this job's work (it may resume another run)
+        new_steps = min(new_steps, count)
     mean = d_sum / d_count if d_count > 0 else None
-    if same_process or high_water == 0:
+    if same_process or first_look:
         worth = new_steps * mean if mean is not None else 0.0
         return KeptWork(new_steps, worth, mean)
     # A new process resumed at step - count. Steps from the high-water mark up to there were done by the
