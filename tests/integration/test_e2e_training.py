@@ -33,9 +33,16 @@ from .e2e_support import EVERY, JOB, MAX_REPLAY, PROGRESS_SECONDS, SMOKE_STEPS, 
 pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)]
 
 
-def _lost_node_story(t: Training, lose: Callable[[str], None], restore: Callable[[str], None]) -> Audit:
+def _lost_node_story(
+    t: Training,
+    lose: Callable[[str], None],
+    restore: Callable[[str], None],
+    before_loss: Callable[[], object] | None = None,
+) -> Audit:
     """Run at 2, lose worker-1's node, the survivor resumes at 1, the node returns, grow back to 2."""
     t.wait_steps("a checkpoint and 3 more steps at world size 2", world=2, count=EVERY + 3)
+    if before_loss is not None:
+        before_loss()
     survivor = t.worker_on(0)
     victim = t.worker_on(1)
     node = victim["spec"]["nodeName"]
@@ -67,6 +74,12 @@ def test_node_not_ready_survivor_resumes_and_grows_back_etcd(train: Training) ->
             train,
             lambda node: chaos.node_not_ready(node, kube=kube, wait=False),
             lambda node: chaos.node_ready(node, kube=kube),
+            lambda: wait_for(
+                lambda: (train.status().get("progress") or {}).get("step", 0) > 0,
+                4 * PROGRESS_SECONDS,
+                "status.progress during training at world size 2",
+                interval=0.5,
+            ),
         )
         _check_progress(train, watch)
     finally:
