@@ -4,7 +4,8 @@ and its time) and ``status.progress`` (every ``llm_trainer_*`` gauge in ``GAUGES
 Cost for 1,000s of workers: synchronous training advances every rank together, so a job's progress is
 read from ``PROBES_PER_JOB`` running workers (lowest indices: stable, and more than one so that one
 slow endpoint is not mistaken for a hang), local rank 0 only, once per ``probe_interval`` (a quarter of
-progressTimeoutSeconds, 5-30 s). That is O(jobs) small HTTP GETs, each bounded by ``PROBE_TIMEOUT``;
+progressTimeoutSeconds, 5-30 s) or half the progress interval (LLMJOB_PROGRESS_SECONDS, 30 s: every 15 s),
+whichever is shorter. That is O(jobs) small HTTP GETs, each bounded by ``PROBE_TIMEOUT``;
 a worker whose trainer is stopped (SIGSTOP, hung process) does not answer, which counts as no progress.
 """
 

@@ -228,6 +228,12 @@ def test_pass_without_probes_or_metrics_has_no_progress() -> None:
     assert "progress" not in _pass(_running(), NOW, seen(timed(5, 2.0, 5), NOW, every=0)), "turned off"
 
 
+def test_pass_without_probes_keeps_the_last_progress() -> None:
+    first = _pass(_running(), NOW, seen(timed(5, 2.0, 5), NOW - 1))
+    assert _pass(first, NOW + 60, None)["progress"] == first["progress"]
+    assert _pass(first, NOW + 60, seen(timed(9, 3.0, 9), NOW + 59, every=0))["progress"] == first["progress"]
+
+
 def test_pass_folds_at_most_once_per_interval() -> None:
     first = _pass(_running(), NOW, seen(timed(5, 2.0, 5), NOW - 1))
     assert first["progress"]["step"] == 5 and first["progress"]["wallSeconds"] == 100.0

@@ -71,11 +71,14 @@ def report_progress(s: PassState) -> None:
     ``report_every`` seconds, and when the job starts or stops counting wall time (suspended, queued,
     finished: a pass that writes the status anyway); in between the previous record is kept as is, so
     progress alone never causes more than one status write per job per interval."""
-    progress, record = s.progress, s.out.status
-    if progress is None or progress.report_every <= 0 or not record:
-        return
-    old = s.job.status
+    progress, record, old = s.progress, s.out.status, s.job.status
     previous = old.progress.model_dump(exclude_none=True) if old.progress is not None else None
+    if not record:
+        return
+    if progress is None or progress.report_every <= 0:
+        if previous is not None:
+            record["progress"] = previous  # not probed (or turned off): keep what was said
+        return
     phase = record["phase"]
     before = goodput.counts_wall_time(old.phase, old.startTime is not None)
     after = goodput.counts_wall_time(phase, record.get("startTime") is not None)
