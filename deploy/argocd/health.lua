@@ -13,6 +13,8 @@
 --   Unknown      a phase this script does not know
 --
 -- The desired size is spec.replicas; when it is unset the API defaults it to spec.maxReplicas.
+-- Messages of running jobs end with their training progress when status.progress has it, e.g.
+-- "Running: 2/2 workers ready; step 120/1000, goodput 97%, ETA 1h3m".
 
 local hs = {}
 
@@ -42,6 +44,36 @@ local function reason_of(c, fallback)
   return fallback
 end
 
+-- "step 120/1000, goodput 97%, ETA 1h3m" from status.progress (nil when there is none).
+local function progress_of(status)
+  if status == nil or type(status.progress) ~= "table" then
+    return nil
+  end
+  local p = status.progress
+  if type(p.step) ~= "number" then
+    return nil
+  end
+  local text = string.format("step %d", math.floor(p.step))
+  if type(p.totalSteps) == "number" and p.totalSteps > 0 then
+    text = text .. string.format("/%d", math.floor(p.totalSteps))
+  end
+  if type(p.goodput) == "number" then
+    text = text .. string.format(", goodput %d%%", math.floor(p.goodput * 100 + 0.5))
+  end
+  if type(p.eta) == "string" and p.eta ~= "" then
+    text = text .. ", ETA " .. p.eta
+  end
+  return text
+end
+
+local function with_progress(message, status)
+  local text = progress_of(status)
+  if text == nil then
+    return message
+  end
+  return message .. "; " .. text
+end
+
 local spec = obj.spec or {}
 local status = obj.status
 local desired = count(spec.replicas)
@@ -63,7 +95,7 @@ end
 
 if phase == "Succeeded" then
   hs.status = "Healthy"
-  hs.message = reason_of(condition(status, "Succeeded"), "Training finished")
+  hs.message = with_progress(reason_of(condition(status, "Succeeded"), "Training finished"), status)
   return hs
 end
 
@@ -112,6 +144,7 @@ if phase == "Pending" or phase == "Scaling" or phase == "Restarting" then
   else
     hs.message = string.format("%s: %s", phase, sizes)
   end
+  hs.message = with_progress(hs.message, status)
   return hs
 end
 
@@ -123,15 +156,16 @@ if phase == "Running" then
     if degraded ~= nil and degraded.status == "True" and degraded.message ~= nil then
       hs.message = hs.message .. ": " .. degraded.message
     end
+    hs.message = with_progress(hs.message, status)
     return hs
   end
   if degraded ~= nil and degraded.status == "True" then
     hs.status = "Degraded"
-    hs.message = reason_of(degraded, "Condition Degraded is True")
+    hs.message = with_progress(reason_of(degraded, "Condition Degraded is True"), status)
     return hs
   end
   hs.status = "Healthy"
-  hs.message = string.format("Running: %s", sizes)
+  hs.message = with_progress(string.format("Running: %s", sizes), status)
   return hs
 end
 

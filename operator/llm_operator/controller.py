@@ -57,8 +57,8 @@ class JobController:
         self.kueue = KueueSync(kube, settings.kueue)
         self.workloads: Mapping[Any, Iterable[dict[str, Any]]] | None = None
         """The operator's index of Kueue Workloads by (namespace, job); None when Kueue support is off."""
-        self.progress = ProgressTracker()
-        """What the hang-detection probes saw (an input of every pass)."""
+        self.progress = ProgressTracker(settings.progress_seconds)
+        """What the metrics probes saw (hang detection and status.progress; an input of every pass)."""
         self.runtime: dict[str, Any] | None = None
         """The copy of the runtime (spec.runtimeRef) this job runs with; recorded as status.runtime."""
         self.runtime_checked: tuple[Any, ...] | None = None
@@ -189,25 +189,30 @@ class JobController:
         stopped: kopf.DaemonStopped,
         logger: kopf.Logger,
     ) -> None:
-        """Hang detection's input: sample the step of one or two running workers every interval.
+        """Sample the trainer metrics of one or two running workers every interval: for hang detection
+        (a quarter of progressTimeoutSeconds, 5-30 s) and for status.progress (half its update interval,
+        so every update has a sample at most that old).
 
         Runs beside the reconcile loop so a slow endpoint never delays a pass; passes read the result.
         """
         while not stopped and not self.deleted:
             interval = PROBE_IDLE_SECONDS
             try:
-                timeout = (
-                    self.job_from(body).spec.failurePolicy.progressTimeoutSeconds
-                    if self.runnable(body)
-                    else 0
-                )
-                if timeout > 0:
-                    interval = probe_interval(timeout)
+                runnable = self.runnable(body)
+                timeout = self.job_from(body).spec.failurePolicy.progressTimeoutSeconds if runnable else 0
+                every = [probe_interval(timeout)] if timeout > 0 else []
+                if self.settings.progress_seconds > 0 and runnable:
+                    every.append(self.settings.progress_seconds / 2)
+                if every:
+                    interval = min(every)
                     targets = probe_targets(pods_index.get((self.namespace, self.name), ()))
                     samples = await probe([metrics_url(p) for p in targets])
                     metrics.PROGRESS_PROBES.labels("answered").inc(len(samples))
                     metrics.PROGRESS_PROBES.labels("failed").inc(len(targets) - len(samples))
+                    first = self.progress.latest is None
                     self.progress.record(samples, time.time())
+                    if first and self.progress.latest is not None:
+                        self.wake.set()  # the first progress: no need to wait for the next pass
             except Exception as exc:  # never let the prober die silently: the pass would see stale data
                 logger.warning(f"progress probe of {self.namespace}/{self.name} failed: {exc}")
             await asyncio.sleep(interval)
@@ -334,6 +339,7 @@ class JobController:
             status["targetReplicas"],
             status["readyReplicas"],
         )
+        metrics.observe_progress(self.namespace, self.name, status.get("progress"), now)
 
     async def live_etcd(self, job: LLMTrainingJob) -> str:
         """host:port of the job's etcd as the operator reaches it (see llm_operator.live_evict)."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from llm_operator.observe import parse_time
 
 RECONCILES = Counter("llmjob_reconcile_total", "Reconcile passes")
 RECONCILE_ERRORS = Counter("llmjob_reconcile_errors_total", "Reconcile passes that raised")
@@ -26,6 +30,22 @@ STALLS = Counter("llmjob_stalls_detected_total", "Jobs restarted because no trai
 LIVE_EVICTIONS = Counter(
     "llmjob_live_members_evicted_total", "Live members (inProcess recovery) removed from a job's etcd"
 )
+JOB_STEP = Gauge(
+    "llmjob_job_step", "Last completed training step per job (status.progress.step)", ["namespace", "llmjob"]
+)
+JOB_GOODPUT = Gauge(
+    "llmjob_job_goodput",
+    "Share of the job's wall time spent on kept training steps (window: life or hour)",
+    ["namespace", "llmjob", "window"],
+)
+JOB_TOKENS = Gauge(
+    "llmjob_job_tokens_per_second", "Global training throughput per job (last step)", ["namespace", "llmjob"]
+)
+JOB_ETA = Gauge(
+    "llmjob_job_eta_seconds",
+    "Seconds until training ends at the current step time (jobs with a known total)",
+    ["namespace", "llmjob"],
+)
 REACTION = Histogram(
     "llmjob_reaction_seconds",
     "From the failure signal's API timestamp to the lost worker's deletion (1 s timestamp resolution)",
@@ -43,12 +63,32 @@ def observe_job(namespace: str, job: str, phase: str, desired: int, target: int,
     _refresh_phases()
 
 
+def observe_progress(namespace: str, job: str, progress: Mapping[str, Any] | None, now: float) -> None:
+    """Record a job's status.progress after a pass (series absent while the job has none)."""
+    progress = progress or {}
+    values: list[tuple[Gauge, tuple[str, ...], Any]] = [
+        (JOB_STEP, (), progress.get("step")),
+        (JOB_GOODPUT, ("life",), progress.get("goodput")),
+        (JOB_GOODPUT, ("hour",), progress.get("goodputLastHour")),
+        (JOB_TOKENS, (), progress.get("tokensPerSecond")),
+    ]
+    end = parse_time(progress.get("estimatedCompletionTime"))
+    values.append((JOB_ETA, (), None if end is None else max(0.0, end - now)))
+    for gauge, extra, value in values:
+        if value is None:
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, job, *extra)
+        else:
+            gauge.labels(namespace, job, *extra).set(value)
+
+
 def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's series."""
     _phases.pop((namespace, job), None)
     for kind in ("desired", "target", "ready"):
         with contextlib.suppress(KeyError):
             JOB_REPLICAS.remove(namespace, job, kind)
+    observe_progress(namespace, job, None, 0.0)
     _refresh_phases()
 
 

@@ -1,9 +1,11 @@
-"""Hang-detection probes: read the trainer's step from a worker's metrics endpoint (async, bounded).
+"""Probes of the workers' metrics endpoints (async, bounded): one scrape serves hang detection (the step
+and its time) and ``status.progress`` (every ``llm_trainer_*`` gauge in ``GAUGES``).
 
 Cost for 1,000s of workers: synchronous training advances every rank together, so a job's progress is
 read from ``PROBES_PER_JOB`` running workers (lowest indices: stable, and more than one so that one
 slow endpoint is not mistaken for a hang), local rank 0 only, once per ``probe_interval`` (a quarter of
-progressTimeoutSeconds, 5-30 s). That is O(jobs) small HTTP GETs, each bounded by ``PROBE_TIMEOUT``;
+progressTimeoutSeconds, 5-30 s) or half the progress interval (LLMJOB_PROGRESS_SECONDS, 30 s: every 15 s),
+whichever is shorter. That is O(jobs) small HTTP GETs, each bounded by ``PROBE_TIMEOUT``;
 a worker whose trainer is stopped (SIGSTOP, hung process) does not answer, which counts as no progress.
 """
 
@@ -12,42 +14,73 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.observe import PodView
-from llm_operator.policy.progress import Progress
+from llm_operator.policy.progress import Progress, Sample
 from llm_operator.settings import TRAINER_METRICS_PORT
+
+__all__ = [
+    "ProgressTracker",
+    "Sample",
+    "fetch_sample",
+    "metrics_url",
+    "parse_sample",
+    "probe",
+    "probe_targets",
+]
 
 STEP_METRIC = "llm_trainer_step"
 TIMESTAMP_METRIC = "llm_trainer_last_step_timestamp_seconds"
+PREFIX = "llm_trainer_"
+GAUGES = (
+    "step",
+    "last_step_timestamp_seconds",
+    "total_steps",
+    "loss",
+    "tokens_per_second",
+    "step_time_seconds_sum",
+    "step_time_seconds_count",
+    "last_saved_step",
+    "last_saved_timestamp_seconds",
+)
+"""The trainer's gauges one scrape reads (trainer/llm_trainer/metrics.py; the runtime library keeps them)."""
 PROBES_PER_JOB = 2
 PROBE_TIMEOUT = 2.0
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One worker's answer: its last completed step and when (trainer clock); 0/0 before the first."""
-
-    step: int
-    timestamp: float
-
-
 def parse_sample(text: str) -> Sample | None:
-    """The step and last-step time from Prometheus text exposition; None when the metrics are absent."""
+    """The trainer's gauges from Prometheus text exposition; None when neither the step nor the last-step
+    time is served (a program without these metrics)."""
+    wanted = {PREFIX + name for name in GAUGES}
     values: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in (STEP_METRIC, TIMESTAMP_METRIC) and math.isfinite(sample.value):
-                    values[sample.name] = max(values.get(sample.name, -math.inf), sample.value)
+                if sample.name in wanted and math.isfinite(sample.value):
+                    key = sample.name.removeprefix(PREFIX)
+                    values[key] = max(values.get(key, -math.inf), sample.value)
     except ValueError:
         return None
-    if STEP_METRIC not in values and TIMESTAMP_METRIC not in values:
+    if "step" not in values and "last_step_timestamp_seconds" not in values:
         return None
-    return Sample(int(values.get(STEP_METRIC, 0)), values.get(TIMESTAMP_METRIC, 0.0))
+
+    def integer(name: str) -> int | None:
+        return int(values[name]) if name in values else None
+
+    return Sample(
+        step=int(values.get("step", 0)),
+        timestamp=values.get("last_step_timestamp_seconds", 0.0),
+        total_steps=integer("total_steps"),
+        loss=values.get("loss"),
+        tokens_per_second=values.get("tokens_per_second"),
+        step_time_sum=values.get("step_time_seconds_sum"),
+        step_time_count=integer("step_time_seconds_count"),
+        last_saved_step=integer("last_saved_step"),
+        last_saved_timestamp=values.get("last_saved_timestamp_seconds"),
+    )
 
 
 def probe_targets(pods: Iterable[PodView], count: int = PROBES_PER_JOB) -> list[PodView]:
@@ -93,16 +126,22 @@ def probe_interval(progress_timeout: int) -> float:
 class ProgressTracker:
     """Per job: the last step seen and when (operator clock) it was last seen to advance."""
 
-    def __init__(self) -> None:
+    def __init__(self, report_every: float = 0.0) -> None:
         self.step: int | None = None
         self.timestamp: float | None = None
         self.advanced_at: float | None = None
+        self.latest: Sample | None = None
+        self.latest_at: float | None = None
+        self.report_every = report_every
 
     def record(self, samples: Iterable[Sample], now: float) -> None:
         """Fold one round of answers in: any change of step or last-step time counts as progress
         (a restart that reloads an older checkpoint changes it too). A round with no answer, or only
         workers that have not completed a step yet, changes nothing."""
-        done = [s for s in samples if s.step > 0 or s.timestamp > 0]
+        answers = list(samples)
+        if answers:  # status.progress: the newest answer, even before a first step (it marks the start)
+            self.latest, self.latest_at = max(answers, key=lambda s: (s.timestamp, s.step)), now
+        done = [s for s in answers if s.step > 0 or s.timestamp > 0]
         if not done:
             return
         best = max(done, key=lambda s: (s.timestamp, s.step))
@@ -110,4 +149,4 @@ class ProgressTracker:
             self.step, self.timestamp, self.advanced_at = best.step, best.timestamp, now
 
     def progress(self) -> Progress:
-        return Progress(self.step, self.advanced_at)
+        return Progress(self.step, self.advanced_at, self.latest, self.latest_at, self.report_every)

@@ -22,6 +22,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | checkpointDir not on a shared volume (warning) | ``steps.storage.checkpoint_sharing`` |
 | Kueue's verdict as condition + Event | ``steps.admission.admission_verdict`` |
 | phase, conditions, status record | ``steps.status.status`` |
+| training progress and goodput (bounded rate) | ``steps.progress.report_progress`` |
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from llm_operator.steps.failures import force_stuck_terminating, replace_lost, t
 from llm_operator.steps.finish import finish
 from llm_operator.steps.live import evict_live_members
 from llm_operator.steps.placement import observe_nodes
-from llm_operator.steps.progress import detect_stall
+from llm_operator.steps.progress import detect_stall, report_progress
 from llm_operator.steps.sizing import count_restart, resize, scale
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
@@ -66,9 +67,10 @@ STEPS: tuple[Step, ...] = (
     checkpoint_sharing,
     admission_verdict,
     status,
+    report_progress,
 )
 """The order matters: failures before sizing (a replacement is a restart), sizing before scaling,
-everything before the status."""
+everything before the status; progress after it (it needs the phase)."""
 
 
 def plan(

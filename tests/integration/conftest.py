@@ -19,7 +19,7 @@ import pytest
 from kopf.testing import KopfRunner
 from llm_testbed.localcluster.cluster import LocalCluster
 
-from .e2e_support import Training
+from .e2e_support import PROGRESS_SECONDS, Training
 
 
 @pytest.fixture
@@ -163,7 +163,8 @@ def peered_operator(
 @pytest.fixture
 def train(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[Training]:
     """A namespace with a shared volume of prepared data and the operator started as the README does."""
-    operator = PeeredOperatorProcess(process_namespace, tmp_path, ["--namespace", process_namespace], [], {})
+    env = {"LLMJOB_PROGRESS_SECONDS": str(PROGRESS_SECONDS)}
+    operator = PeeredOperatorProcess(process_namespace, tmp_path, ["--namespace", process_namespace], [], env)
     world = Training(process_cluster, process_namespace, operator)
     world.setup_volume()
     operator.start()

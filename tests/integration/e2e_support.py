@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -21,6 +25,9 @@ EVERY = 10  # checkpoint interval of the test jobs
 # persist (at most one in flight), so the newest complete checkpoint is never two intervals behind.
 MAX_REPLAY = 2 * EVERY - 1
 SMOKE_STEPS = 60
+PROGRESS_SECONDS = 10.0
+"""The e2e operators update status.progress every 10 s (LLMJOB_PROGRESS_SECONDS; default 30) so a
+few-minute story sees several updates."""
 
 
 class Training:
@@ -86,3 +93,41 @@ class Training:
     def worker_on(self, index: int) -> dict[str, Any]:
         pod = next(p for p in self.workers() if p["metadata"]["name"] == f"{JOB}-worker-{index}")
         return pod
+
+
+class StatusWatch:
+    """Every version of the job the apiserver sends to a watch (`kubectl get -w -o json`): each status
+    write is one, so the test sees the real write rate, not samples of it."""
+
+    def __init__(self, t: Training) -> None:
+        self.out = Path(tempfile.mkstemp(prefix="llmjob-watch-", suffix=".json")[1])
+        argv = t.cluster.kube.argv(
+            "get", "llmtrainingjobs", "-n", t.ns, f"--field-selector=metadata.name={JOB}", "-w", "-o", "json"
+        )
+        self.proc = subprocess.Popen(argv, stdout=self.out.open("wb"), stderr=subprocess.DEVNULL)
+
+    def versions(self) -> list[dict[str, Any]]:
+        """The job objects seen so far, in order, one per resourceVersion."""
+        text, decoder, at = self.out.read_text(errors="replace"), json.JSONDecoder(), 0
+        found: list[dict[str, Any]] = []
+        while True:
+            while at < len(text) and text[at].isspace():
+                at += 1
+            try:
+                value, at = decoder.raw_decode(text, at)
+            except ValueError:  # the end, or an object still being written
+                break
+            items = value.get("items", []) if value.get("kind", "").endswith("List") else [value]
+            found += [i for i in items if i.get("kind") == "LLMTrainingJob"]
+        seen, out = set(), []
+        for obj in found:
+            rv = obj["metadata"]["resourceVersion"]
+            if rv not in seen:
+                seen.add(rv)
+                out.append(obj)
+        return out
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.out.unlink(missing_ok=True)

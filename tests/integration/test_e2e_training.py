@@ -9,6 +9,7 @@ node); a job of 8 fake GPUs per worker puts one worker on each p5 node, so losin
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import signal
 from collections.abc import Callable
@@ -19,20 +20,29 @@ import psutil
 import pytest
 import yaml
 from llm_elastic.accounting import Audit, audit
+from llm_operator.observe import parse_time
+from llm_operator.policy.goodput import step_log_goodput
 from llm_testbed import training
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from support.wait import wait_for
 
 from .conftest import PeeredOperatorProcess
-from .e2e_support import EVERY, JOB, MAX_REPLAY, SMOKE_STEPS, Training
+from .e2e_support import EVERY, JOB, MAX_REPLAY, PROGRESS_SECONDS, SMOKE_STEPS, StatusWatch, Training
 
 pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)]
 
 
-def _lost_node_story(t: Training, lose: Callable[[str], None], restore: Callable[[str], None]) -> Audit:
+def _lost_node_story(
+    t: Training,
+    lose: Callable[[str], None],
+    restore: Callable[[str], None],
+    before_loss: Callable[[], object] | None = None,
+) -> Audit:
     """Run at 2, lose worker-1's node, the survivor resumes at 1, the node returns, grow back to 2."""
     t.wait_steps("a checkpoint and 3 more steps at world size 2", world=2, count=EVERY + 3)
+    if before_loss is not None:
+        before_loss()
     survivor = t.worker_on(0)
     victim = t.worker_on(1)
     node = victim["spec"]["nodeName"]
@@ -53,14 +63,79 @@ def _lost_node_story(t: Training, lose: Callable[[str], None], restore: Callable
 
 
 def test_node_not_ready_survivor_resumes_and_grows_back_etcd(train: Training) -> None:
-    """NotReady (grace 0): the lost worker's processes die with the node, the survivor resumes, grow back."""
-    train.apply(training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=5000, backend="etcd-v3"))
-    kube = train.cluster.kube
-    _lost_node_story(
-        train,
-        lambda node: chaos.node_not_ready(node, kube=kube, wait=False),
-        lambda node: chaos.node_ready(node, kube=kube),
+    """NotReady (grace 0): the lost worker's processes die with the node, the survivor resumes, grow back.
+    status.progress follows the training (issue 22): its goodput drops below 1 with the loss and agrees
+    with the goodput of the step log, and progress writes stay one per LLMJOB_PROGRESS_SECONDS."""
+    watch = StatusWatch(train)
+    try:
+        train.apply(training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=5000, backend="etcd-v3"))
+        kube = train.cluster.kube
+        _lost_node_story(
+            train,
+            lambda node: chaos.node_not_ready(node, kube=kube, wait=False),
+            lambda node: chaos.node_ready(node, kube=kube),
+            lambda: wait_for(
+                lambda: (train.status().get("progress") or {}).get("step", 0) > 0,
+                4 * PROGRESS_SECONDS,
+                "status.progress during training at world size 2",
+                interval=0.5,
+            ),
+        )
+        _check_progress(train, watch)
+    finally:
+        watch.stop()
+
+
+def _check_progress(t: Training, watch: StatusWatch) -> None:
+    """Progress during training, goodput < 1 after the loss and within 3 points of the step log's, and the
+    status writes that changed only progress at least PROGRESS_SECONDS apart."""
+    records = t.records()
+    lost_step = max(r["step"] for r in records if r["restart"] == 0)
+    last = records[-1]
+
+    def updated() -> dict[str, Any] | None:
+        s = t.status()
+        p = s.get("progress") or {}
+        fresh = (
+            p.get("highWaterStep", 0) >= last["step"]
+            and (parse_time(p.get("updateTime")) or 0) > last["time"]
+        )
+        return s if fresh else None
+
+    status = wait_for(updated, 4 * PROGRESS_SECONDS, "a progress update after the grow-back", interval=0.5)
+    p = status["progress"]
+    start, end = parse_time(status["startTime"]), parse_time(p["updateTime"])
+    assert start is not None and end is not None
+    log = step_log_goodput(t.records(), start, end, up_to_step=p["highWaterStep"])
+    print(
+        f"goodput: status {p['goodput']:.4f} (productive {p['productiveSeconds']:.1f}s / wall"
+        f" {p['wallSeconds']:.1f}s, last hour {p.get('goodputLastHour')}), step log {log.goodput:.4f}"
+        f" (productive {log.productive:.1f}s / wall {log.wall:.1f}s, {log.steps} steps,"
+        f" {log.replayed} replayed)"
     )
+    history = []
+    for v in watch.versions():
+        q = (v.get("status") or {}).get("progress")
+        if q and (not history or history[-1][0] != q["updateTime"]):
+            kept = step_log_goodput(t.records(), start, end, up_to_step=q["highWaterStep"]).productive
+            history.append((q["updateTime"], q["step"], q["highWaterStep"], q.get("stepTimeCount"),
+                            q["productiveSeconds"], round(kept, 3), q["wallSeconds"]))  # fmt: skip
+    print("updateTime, step, highWaterStep, count, productive (status), productive (log), wall:")
+    print("\n".join(map(str, history)))
+    assert p["goodput"] < 1, "a node loss costs wall time"
+    assert abs(p["goodput"] - log.goodput) <= 0.03, (p, log)
+    assert abs(p["wallSeconds"] - log.wall) <= 1.0, "wall time runs from startTime"
+    assert p["totalSteps"] == 5000 and p.get("eta") and p.get("lastSavedStep", 0) >= EVERY
+
+    versions = watch.versions()
+    progressed = [v for v in versions if (v.get("status") or {}).get("progress")]
+    assert progressed, "progress appeared in the status"
+    first = progressed[0]["status"]["progress"]
+    assert 0 < first["step"] <= lost_step, "progress was in the status during training, before the loss"
+    stamps = sorted({parse_time(v["status"]["progress"]["updateTime"]) or 0.0 for v in progressed})
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert gaps and min(gaps) >= PROGRESS_SECONDS - 0.01, f"progress updated faster than its bound: {gaps}"
+    print(f"status writes seen: {len(versions)}, progress updates {len(stamps)} (gaps min {min(gaps):.1f}s)")
 
 
 def test_node_deleted_survivor_resumes_and_grows_back_c10d(train: Training) -> None:

@@ -73,6 +73,8 @@ DEGRADED_TRUE = [
     {"type": "Degraded", "status": "True", "reason": "NodeLost", "message": "node ip-10-0-1-7 lost"},
 ]
 
+PROGRESS = {"step": 120, "totalSteps": 1000, "goodput": 0.9712, "eta": "1h3m"}
+
 CASES: list[tuple[str, dict[str, Any], str, str]] = [
     # (case id, object, expected status, substring of the message)
     ("new job without status", job(), "Progressing", "Waiting for the operator"),
@@ -204,6 +206,30 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "latest spec",
     ),
     ("unknown phase", job(status={"phase": "Exploding"}), "Unknown", "Exploding"),
+    (
+        "running shows training progress",
+        job(status=ready("Running", 4, progress=PROGRESS)),
+        "Healthy",
+        "Running: 4/4 workers ready; step 120/1000, goodput 97%, ETA 1h3m",
+    ),
+    (
+        "restarting shows progress after the restart count",
+        job(status={"phase": "Restarting", "restarts": 2, "progress": PROGRESS}),
+        "Progressing",
+        "restart 2; step 120/1000, goodput 97%",
+    ),
+    (
+        "progress without total, goodput or ETA (a program serving only its step)",
+        job(status=ready("Running", 4, progress={"step": 7})),
+        "Healthy",
+        "workers ready; step 7",
+    ),
+    (
+        "succeeded keeps the final progress",
+        job(status={"phase": "Succeeded", "progress": {**PROGRESS, "step": 1000, "eta": None}}),
+        "Healthy",
+        "Training finished; step 1000/1000, goodput 97%",
+    ),
     (
         "numbers arriving as floats (JSON) still format as counts",
         job(replicas=4.0, status={"phase": "Running", "readyReplicas": 4.0, "targetReplicas": 4.0}),

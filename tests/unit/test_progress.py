@@ -43,15 +43,23 @@ def test_startup_allowance_runs_out() -> None:
 
 def test_tracker_advances_on_change_only() -> None:
     t = ProgressTracker()
+
+    def seen() -> tuple[int | None, float | None]:
+        p = t.progress()
+        return p.step, p.advanced_at
+
     t.record([], NOW)
     t.record([Sample(0, 0.0)], NOW)
-    assert t.progress() == Progress(None, None), "no answer, or no step yet, is no progress"
+    assert seen() == (None, None), "no answer, or no step yet, is no progress"
+    assert t.progress().latest == Sample(0, 0.0), "but status.progress sees the trainer before its first step"
     t.record([Sample(5, 100.0), Sample(4, 99.0)], NOW + 1)
-    assert t.progress() == Progress(5, NOW + 1)
+    assert seen() == (5, NOW + 1)
+    assert (t.progress().latest, t.progress().latest_at) == (Sample(5, 100.0), NOW + 1), "the newest answer"
     t.record([Sample(5, 100.0)], NOW + 20)
-    assert t.progress() == Progress(5, NOW + 1), "the same step again is not progress"
+    assert seen() == (5, NOW + 1), "the same step again is not progress"
+    assert t.progress().latest_at == NOW + 20, "but it is a fresh sample for status.progress"
     t.record([Sample(3, 130.0)], NOW + 30)
-    assert t.progress() == Progress(3, NOW + 30), "a restart from an older checkpoint that steps again"
+    assert seen() == (3, NOW + 30), "a restart from an older checkpoint that steps again"
 
 
 def test_parse_sample_from_exposition_text() -> None:
@@ -62,7 +70,34 @@ def test_parse_sample_from_exposition_text() -> None:
         'llm_trainer_last_step_timestamp_seconds{job="llama",rank="0"} 1.7e9\n'
         "llm_trainer_loss 2.5\n"
     )
-    assert parse_sample(text) == Sample(42, 1.7e9)
+    assert parse_sample(text) == Sample(42, 1.7e9, loss=2.5)
+    full = "".join(
+        f'llm_trainer_{name}{{job="llama",rank="0"}} {value}\n'
+        for name, value in (
+            ("step", 120),
+            ("last_step_timestamp_seconds", 1.7e9),
+            ("total_steps", 1000),
+            ("loss", 3.25),
+            ("tokens_per_second", 5120.5),
+            ("step_time_seconds_sum", 61.5),
+            ("step_time_seconds_count", 100),
+            ("last_saved_step", 110),
+            ("last_saved_timestamp_seconds", 1.7e9 - 5),
+            ("world_size", 16),
+        )
+    )
+    assert parse_sample(full) == Sample(
+        step=120,
+        timestamp=1.7e9,
+        total_steps=1000,
+        loss=3.25,
+        tokens_per_second=5120.5,
+        step_time_sum=61.5,
+        step_time_count=100,
+        last_saved_step=110,
+        last_saved_timestamp=1.7e9 - 5,
+    ), "one scrape serves hang detection and status.progress"
+    assert parse_sample("llm_trainer_loss NaN\nllm_trainer_step 3\n") == Sample(3, 0.0), "NaN is not served"
     assert parse_sample("other_metric 1\n") is None
     assert parse_sample("not { prometheus") is None
 

@@ -100,5 +100,5 @@ def test_finish_waits_for_ttl() -> None:
 
 def test_pipeline_order_status_last() -> None:
     names = [step.__name__ for step in STEPS]
-    assert names[-1] == "status"
+    assert names[-2:] == ["status", "report_progress"], "progress reads the phase the status step decided"
     assert names.index("replace_lost") < names.index("count_restart") < names.index("scale")

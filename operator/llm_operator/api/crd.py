@@ -171,6 +171,25 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {
+        "name": "Step",
+        "type": "integer",
+        "jsonPath": ".status.progress.step",
+        "description": "Last completed training step",
+    },
+    {
+        "name": "Goodput",
+        "type": "number",
+        "jsonPath": ".status.progress.goodput",
+        "description": "Share of the job's wall time spent on kept training steps (0..1)",
+    },
+    {
+        "name": "ETA",
+        "type": "string",
+        "jsonPath": ".status.progress.eta",
+        "priority": 1,
+        "description": "Time left at the current step time if nothing fails",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

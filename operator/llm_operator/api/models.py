@@ -273,6 +273,68 @@ class RuntimeSnapshot(_Model):
     """The runtime's spec as copied; merged under the job's own spec on every pass."""
 
 
+class GoodputBucket(_Model):
+    """Five minutes of the job's last hour."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    start: int = 0
+    """Unix time the bucket starts (a multiple of 300)."""
+    productiveSeconds: float = 0.0
+    """Seconds of kept training steps in the bucket."""
+    wallSeconds: float = 0.0
+    """Wall seconds of the bucket the job ran (or tried to)."""
+
+
+class TrainingProgress(_Model):
+    """How far training is, how fast, and how much of the wall time was kept work (goodput).
+
+    Read from the trainer's metrics on port 9400 of the workers (`llm_trainer_*`), at most one status
+    update per job every 30 s (operator setting LLMJOB_PROGRESS_SECONDS). Absent for a program that
+    serves no such metrics."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step: int = 0
+    """Last completed training step (lower than highWaterStep while steps are replayed after a restart)."""
+    totalSteps: int | None = None
+    """Steps the run trains in total; unset when the program does not say."""
+    tokensPerSecond: float | None = None
+    """Global training throughput of the last step."""
+    loss: float | None = None
+    """Training loss of the last step."""
+    lastSavedStep: int | None = None
+    """Step of the newest checkpoint the workers saved."""
+    lastSavedTime: str | None = None
+    """When that checkpoint was saved (RFC 3339)."""
+    eta: str | None = None
+    """Time left at the current step time if nothing fails, e.g. 1h3m; unset when totalSteps is unknown."""
+    estimatedCompletionTime: str | None = None
+    """When training ends at that pace (RFC 3339)."""
+    goodput: float | None = None
+    """Share of the job's wall time spent on training steps that were kept (0..1), over the job's life:
+    restarts, re-rendezvous, checkpoint stalls, replayed steps and waiting below minReplicas count
+    against it. Wall time runs from startTime, except while Suspended or Queued."""
+    goodputLastHour: float | None = None
+    """The same over the last hour (55 to 60 minutes, in 5-minute buckets)."""
+    stepTimeSeconds: float | None = None
+    """Mean step time between the last two updates."""
+    highWaterStep: int = 0
+    """Highest step seen: steps beyond it are new work, steps up to it replays."""
+    productiveSeconds: float = 0.0
+    """Seconds of kept training steps so far (goodput's numerator)."""
+    wallSeconds: float = 0.0
+    """The job's wall time so far (goodput's denominator)."""
+    stepTimeSum: float | None = None
+    """The probed worker's llm_trainer_step_time_seconds_sum at the last update."""
+    stepTimeCount: int | None = None
+    """The probed worker's llm_trainer_step_time_seconds_count at the last update."""
+    updateTime: str | None = None
+    """When this progress was last updated (RFC 3339, milliseconds)."""
+    window: list[GoodputBucket] = Field(default_factory=list, max_length=13)
+    """The last hour's productive and wall seconds, in 5-minute buckets (goodputLastHour)."""
+
+
 class LLMTrainingJobStatus(_Model):
     """What the operator observed and decided (written once per reconcile pass)."""
 
@@ -312,6 +374,8 @@ class LLMTrainingJobStatus(_Model):
     """The endpoint the workers use."""
     runtime: RuntimeSnapshot | None = None
     """The runtime named by spec.runtimeRef, copied when the job first resolved it."""
+    progress: TrainingProgress | None = None
+    """Training progress and goodput from the workers' metrics; unset when they serve none."""
 
 
 class ObjectMeta(_Model):

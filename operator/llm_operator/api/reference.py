@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llm_operator.api.crd import RUNTIME_NAMES, crd, documented_spec_schema
+from llm_operator.api.crd import PRINTER_COLUMNS, RUNTIME_NAMES, crd, documented_spec_schema
 from llm_operator.api.rules import RULES_ENV_VAR, RULES_FSX, RULES_JOB, RULES_JOB_SPEC, RULES_SPEC
 
 
@@ -76,6 +76,16 @@ def reference() -> str:
         "",
         head,
         *_rows(status, "status", set()),
+        "",
+        "## Printer columns (`kubectl get llmjob`; `-o wide` adds the wide ones)",
+        "",
+        "| column | value | wide only | meaning |",
+        "|---|---|---|---|",
+        *[
+            f"| {c['name'].upper()} | `{c['jsonPath']}` | {'yes' if c.get('priority') else ''}"
+            f" | {c.get('description', '')} |"
+            for c in PRINTER_COLUMNS
+        ],
         "",
         "## Validation rules (CEL, enforced by the apiserver and by `llmjob render`)",
         "",

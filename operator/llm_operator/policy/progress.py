@@ -12,6 +12,27 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Sample:
+    """One worker's answer: the trainer's ``llm_trainer_*`` gauges (None: the gauge is not served).
+
+    ``step``/``timestamp`` (0/0 before the first step) serve hang detection; the rest serve
+    ``status.progress`` (``llm_operator.policy.goodput``)."""
+
+    step: int
+    timestamp: float
+    total_steps: int | None = None
+    """Steps the run trains in total (0: unknown)."""
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    step_time_sum: float | None = None
+    """Wall seconds of the steps this process completed (resets when the process starts)."""
+    step_time_count: int | None = None
+    """Steps this process completed (resets when the process starts)."""
+    last_saved_step: int | None = None
+    last_saved_timestamp: float | None = None
+
+
+@dataclass(frozen=True)
 class Progress:
     """What the probes saw for one job (an input of ``reconcile.plan``)."""
 
@@ -19,6 +40,12 @@ class Progress:
     """The last step a worker reported (None: no worker answered with a step yet)."""
     advanced_at: float | None
     """Operator time when the step was last seen to advance (None: never since the operator started)."""
+    latest: Sample | None = None
+    """The newest answer with a completed step (None: none yet), for ``status.progress``."""
+    latest_at: float | None = None
+    """Operator time of that answer."""
+    report_every: float = 0.0
+    """Seconds between two updates of ``status.progress`` (0: progress is not reported)."""
 
 
 @dataclass(frozen=True)
