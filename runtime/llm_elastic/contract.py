@@ -35,6 +35,10 @@ ETCD_ENV = "LLMJOB_LIVE_ETCD"
 PREFIX_ENV = "LLMJOB_LIVE_PREFIX"
 MEMBER_ENV = "LLMJOB_LIVE_MEMBER"
 MIN_MEMBERS_ENV = "LLMJOB_LIVE_MIN_MEMBERS"
+TARGET_MEMBERS_ENV = "LLMJOB_LIVE_TARGET_MEMBERS"
+"""Most members a generation takes (replicas x nprocPerNode); members beyond it are standby spares."""
+HEALTH_ENV = "LLMJOB_HEALTH_CHECK"
+"""The job's spec.healthCheck as JSON (llm_elastic.health)."""
 POD_ENV = "LLMJOB_POD_NAME"
 CHECKPOINT_ENV = "LLMJOB_CHECKPOINT_DIR"
 SNAPSHOT_ENV = "LLMJOB_SNAPSHOT_DIR"
@@ -57,6 +61,8 @@ class Contract:
     prefix: str = ""
     member: str = ""
     min_members: int = 1
+    target_members: int = 0
+    """In process: most members a generation takes (0: all); the others wait as spares."""
     checkpoint_dir: str = ""
     snapshot_dir: str = ""
     agent_restarts: int = 0
@@ -156,6 +162,7 @@ def read_contract(
         prefix=prefix,
         member=member,
         min_members=_int(env, MIN_MEMBERS_ENV, 1, least=1),
+        target_members=_int(env, TARGET_MEMBERS_ENV, 0),
         process_restarts=_int(env, PROCESS_RESTARTS_ENV, 0),
         **common,  # type: ignore[arg-type]
     )

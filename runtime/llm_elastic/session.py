@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -66,12 +67,13 @@ from llm_elastic.errors import (
     UsageError,
     contract_error,
 )
+from llm_elastic.health import EXIT_UNHEALTHY, Checks, Finding, StragglerWatch, read_policy, report_unhealthy
 from llm_elastic.metrics import METRICS_FILE, Exporter, StepLog, last_record, process_start_time
 from llm_elastic.rendezvous.etcd_client import EtcdError
 from llm_elastic.signals import StopRequest
 from llm_elastic.state import Stateful, TrainState
 from llm_elastic.transfer import Progress, Source, synchronise
-from llm_elastic.wrap import DDP, Generation, Wrapped, WrapPolicy
+from llm_elastic.wrap import DDP, Generation, StepClock, Wrapped, WrapPolicy
 
 if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.3 s of start-up
     from llm_elastic.checkpoint import Checkpointer
@@ -253,24 +255,31 @@ class Step:
                 log.warning("membership unreadable (training goes on): %s", exc)
         stopping = s.stop.requested
         busy = s.snapshots is not None and s.snapshots.busy
+        leaving = self._evicted is not None or s.unhealthy is not None
         base = value.detach().float().reshape(()) if isinstance(value, torch.Tensor) else None
         if base is None:
             base = torch.tensor(float(value), device=s.device)
         elif base.device != s.device:
             base = base.to(s.device)
-        flags = [
-            1.0 if (changed or stopping or self._evicted) else 0.0,
-            1.0 if stopping else 0.0,
-            float(busy),
-        ]
-        reduced = torch.stack([base, *(base.new_full((), f) for f in flags)])
+        # Flags and every member's local compute time (its own slot) ride on the step's one all-reduce.
+        world = s.world_size
+        flags = s.commit_buffer(3 + world)
+        flags.zero_()
+        flags[0] = 1.0 if (changed or stopping or leaving) else 0.0
+        flags[1] = 1.0 if stopping else 0.0
+        flags[2] = 1.0 if busy else 0.0
+        flags[3 + s.rank] = s.local_compute_seconds(self._started)
+        extra = flags.to(s.device, non_blocking=True) if s.device.type != "cpu" else flags.clone()
+        reduced = torch.cat([base.reshape(1), extra])
         dist.all_reduce(reduced)
         if s.checkpointer is not None:
             s.checkpointer.before_update()  # staging copies must have read the parameters
-        total, changed_any, stopping_members, busy_any = host_values(reduced)
+        values = host_values(reduced)
+        total, changed_any, stopping_members, busy_any = values[:4]
         self._changed = changed_any > 0
         self._stopping = round(stopping_members)
         self._busy = busy_any > 0
+        s.observe_compute(values[4 : 4 + world])
         self.loss = total / s.world_size if mean else total
         self.committed = True
         return self.loss
@@ -367,6 +376,23 @@ class Elastic:
         self.step_seconds = 0.0
         self.process_started = process_start_time()
         self._left = False
+        self._standby = False
+        self._commit_buffer: torch.Tensor | None = None
+        self.health = read_policy(env)
+        snapshot_need = 0
+        self.checks = Checks(
+            self.health,
+            self.config.checkpoint_dir,
+            "/dev/shm" if self.config.snapshot_every else "",
+            snapshot_need,
+            self.contract.local_world_size,
+        )
+        self.straggler = StragglerWatch(self.health.stragglerFactor, self.health.stragglerWindowSteps)
+        self.unhealthy: Finding | None = None
+        """A failed periodic check or a straggler verdict: this member leaves at the next step boundary."""
+        self.step_clock = StepClock()
+        if isinstance(self.wrap_policy, DDP) and not self.wrap_policy.compile:
+            self.wrap_policy.clock = self.step_clock
         self._end_generation = False
         self._failed_generations = 0
         labels = (
@@ -379,6 +405,60 @@ class Elastic:
         )
 
     # -- small facts ---------------------------------------------------------------------------------------
+
+    # -- health --------------------------------------------------------------------------------------------
+
+    def commit_buffer(self, size: int) -> torch.Tensor:
+        """A reused host buffer for the commit's flags (pinned on a GPU, so the copy does not block)."""
+        buf = self._commit_buffer
+        if buf is None or buf.numel() != size:
+            buf = torch.zeros(size, dtype=torch.float32)
+            if self.device.type == "cuda":
+                buf = buf.pin_memory()
+            self._commit_buffer = buf
+        return buf
+
+    def local_compute_seconds(self, started: float) -> float:
+        """This step's local compute time: to the first gradient bucket (DDP, before any wait for a peer),
+        else to the commit."""
+        first = self.step_clock.first_bucket
+        self.step_clock.first_bucket = None
+        end = first if first is not None and first >= started else time.monotonic()
+        return max(0.0, end - started)
+
+    def observe_compute(self, times: list[float]) -> None:
+        """Straggler detection: this member against the others' median."""
+        if self.mode != IN_PROCESS or self.world_size < 2 or self.unhealthy is not None:
+            return
+        mine = times[self.rank]
+        others = [t for r, t in enumerate(times) if r != self.rank]
+        finding = self.straggler.observe(mine, others)
+        if finding is not None:
+            self.unhealthy = finding
+
+    def _preflight(self) -> None:
+        """Before this worker becomes a member: the node's checks; exit 78 with the reason on a failure."""
+        finding = self.checks.run()
+        if finding is not None:
+            report_unhealthy(finding)
+            raise SystemExit(EXIT_UNHEALTHY)
+        interval = self.health.intervalSeconds
+        if self.health.enabled and interval > 0:
+            threading.Thread(
+                target=self._recheck, args=(interval,), name="llm-elastic-health", daemon=True
+            ).start()
+
+    def _recheck(self, interval: float) -> None:
+        while not self._left and self.unhealthy is None:
+            time.sleep(interval)
+            try:
+                finding = self.checks.run(periodic=True)
+            except Exception:  # a check that breaks is logged, not fatal
+                log.exception("periodic health check failed to run")
+                continue
+            if finding is not None:
+                log.error("health check failed: %s (leaving at the next step boundary)", finding.line())
+                self.unhealthy = finding
 
     def _device(self) -> torch.device:
         if torch.cuda.is_available():
@@ -439,7 +519,7 @@ class Elastic:
         c = self.contract
         client = EtcdClient(parse_endpoints(c.etcd))
         self.membership = Membership(
-            client, c.prefix, c.member, self.config.lease_ttl, self.wrap_policy.shard_size
+            client, c.prefix, c.member, self.config.lease_ttl, self.wrap_policy.shard_size, c.target_members
         )
         if self.config.start_when:
             print(json.dumps({"event": "waiting", "time": time.time(), "pid": os.getpid()}), flush=True)
@@ -447,6 +527,7 @@ class Elastic:
                 self._check_stop_outside_steps()
                 time.sleep(0.02)
             print(json.dumps({"event": "released", "time": time.time(), "pid": os.getpid()}), flush=True)
+        self._preflight()
         self.membership.register()
         left = 0
         while True:
@@ -497,7 +578,7 @@ class Elastic:
         self._end_generation = False
         try:
             return self.membership.next_generation(
-                left, self.contract.min_members, self.config.form_timeout, self._check_stop_outside_steps
+                left, self.contract.min_members, self.config.form_timeout, self._while_waiting
             )
         except RunFinished:
             return None
@@ -509,6 +590,22 @@ class Elastic:
             log.error("%s", exc)
             self.leave_now()
             raise SystemExit(EXIT_NO_GENERATION) from None
+
+    def _while_waiting(self) -> None:
+        """Called while a generation forms: stop signals, and the standby state of a spare."""
+        self._check_stop_outside_steps()
+        membership = self.membership
+        if membership is not None and membership.standby != self._standby:
+            self._standby = membership.standby
+            self.exporter.update(standby=1.0 if self._standby else 0.0)
+            if self._standby:
+                event = {
+                    "event": "standby",
+                    "time": time.time(),
+                    "pid": os.getpid(),
+                    "step": self.progress.step,
+                }
+                print(json.dumps(event), flush=True)
 
     def _check_stop_outside_steps(self) -> None:
         """A stop signal while no step runs (waiting, forming): leave at once."""
@@ -528,6 +625,9 @@ class Elastic:
         formed_at = time.time()
         self.live_gen = gen
         self.membership.current = gen
+        if self._standby:
+            self._standby = False
+            self.exporter.update(standby=0.0)
         self.generation_number = gen.number
         self.rank, self.world_size = gen.rank_of(self.contract.member), gen.world_size
         timeout = timedelta(seconds=self.config.live_collective_timeout)
@@ -755,6 +855,9 @@ class Elastic:
             if step._evicted is not None:
                 log.warning("%s; exiting", step._evicted)
                 self._leave_and_exit(EXIT_EVICTED)
+            if self.unhealthy is not None:
+                report_unhealthy(self.unhealthy)
+                self._leave_and_exit(EXIT_UNHEALTHY)
             if self.stop.requested:
                 log.info("stopped by %s at step %d; left the job", self.stop.signal_name, self.progress.step)
                 self._leave_and_exit(0)

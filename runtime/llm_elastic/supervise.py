@@ -7,7 +7,8 @@ and gets the state from a peer. After ``--max-restarts`` restarts it gives up an
 code, so the pod fails and the operator replaces it (layer 3). It imports nothing heavy (no torch).
 
 Final answers, passed on without a restart: 0 (done or stopped), 2 (usage), 3 (evicted: the pod is being
-replaced), 4 (no generation formed), 5 (the state is lost: only a job restart helps). SIGTERM and SIGINT go
+replaced), 4 (no generation formed), 5 (the state is lost: only a job restart helps), 78 (the node is
+unhealthy: the operator replaces the pod elsewhere). SIGTERM and SIGINT go
 to the program, and a supervisor that received one never restarts it. Each restart prints one JSON line
 ``{"event": "process-restarted", ...}`` and sets ``$LLMJOB_PROCESS_RESTARTS`` for the program (its metrics
 export it as ``llm_trainer_process_restarts``, which the operator reads).
@@ -28,7 +29,7 @@ from types import FrameType
 from llm_elastic.cli_errors import ExitOnErrorParser
 from llm_elastic.contract import PROCESS_RESTARTS_ENV
 
-FINAL = frozenset({0, 2, 3, 4, 5})
+FINAL = frozenset({0, 2, 3, 4, 5, 78})
 
 
 def should_restart(code: int) -> bool:

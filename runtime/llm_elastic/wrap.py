@@ -28,6 +28,14 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 
+class StepClock:
+    """When the current step's first gradient bucket was ready (DDP comm hook): the end of the step's local
+    compute before any wait for a peer (straggler detection reads and clears it)."""
+
+    def __init__(self) -> None:
+        self.first_bucket: float | None = None
+
+
 @dataclass
 class Generation:
     """What a wrap policy gets: the generation's world and the device."""
@@ -82,12 +90,16 @@ class DDP(WrapPolicy):
     """Extra keyword arguments of ``DistributedDataParallel`` (for example ``bucket_cap_mb``)."""
     compile: bool = False
     """``torch.compile`` the wrapped model (DDP first, so gradient all-reduces still overlap the backward)."""
+    clock: StepClock | None = None
+    """Set by the runtime: marks each step's first gradient bucket (straggler detection)."""
 
     def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: Generation) -> Wrapped:
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [gen.device.index] if gen.device.type == "cuda" else None
         module = DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **self.kwargs)
+        if self.clock is not None:
+            module.register_comm_hook(self.clock, _timed_allreduce)
         if self.compile:
             module.compile()
         return Wrapped(module, model, optimizers)
@@ -172,6 +184,19 @@ class HSDP(WrapPolicy):
         for module in wrapped.module.modules():
             if isinstance(module, FSDPModule):
                 module.reshard()
+
+
+def _timed_allreduce(clock, bucket):  # type: ignore[no-untyped-def]  # DDP checks the bucket's annotation
+    """DDP's default all-reduce of a gradient bucket, marking when the step's first bucket was ready (no
+    annotations: DDP refuses a hook whose ``bucket`` is annotated with anything but the class itself, and
+    this module's annotations are strings)."""
+    import time
+
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    if clock.first_bucket is None:
+        clock.first_bucket = time.monotonic()
+    return allreduce_hook(None, bucket)  # type: ignore[arg-type]  # None: the default group
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

@@ -75,8 +75,6 @@ def member_argv(corpus: Path, metrics: Path, etcd: str, prefix: str, member: str
         "false",
         *args,
     ]
-    if "--checkpoint-dir" not in args:
-        argv += ["--checkpoint-dir", str(metrics.parent / "no-checkpoints")]
     return argv, env
 
 

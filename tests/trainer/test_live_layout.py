@@ -66,3 +66,38 @@ def test_only_complete_hosts_form_an_hsdp_generation() -> None:
     assert layout.complete_hosts(live, 2) == ["h0.1", "h0.2", "h10.1", "h10.2"]  # h1 short, h2 over
     assert layout.complete_hosts(live, 1) == live, "without sharding every member counts"
     assert layout.host_of("train-worker-1.4242") == "train-worker-1"
+
+
+@pytest.mark.parametrize(
+    ("current", "live", "target", "shard", "expected"),
+    [
+        (None, ["c", "a", "b"], 0, 1, ("a", "b", "c")),  # no cap: everyone
+        (None, ["c", "a", "b"], 2, 1, ("a", "b")),  # a new job: the first ids train, "c" is a spare
+        (("b", "c"), ["a", "b", "c"], 2, 1, ("b", "c")),  # full: a new spare "a" does not displace anyone
+        (("b", "c"), ["a", "c"], 2, 1, ("a", "c")),  # "b" lost: the spare "a" is promoted
+        (("b", "c"), ["c"], 2, 1, ("c",)),  # no spare left: go on smaller
+        ((), ["h1.0", "h1.1", "h0.0", "h0.1", "h2.0", "h2.1"], 4, 2, ("h0.0", "h0.1", "h1.0", "h1.1")),
+        (
+            ("h1.0", "h1.1", "h2.0", "h2.1"),
+            ["h0.0", "h0.1", "h2.0", "h2.1"],
+            4,
+            2,
+            ("h0.0", "h0.1", "h2.0", "h2.1"),
+        ),
+    ],
+)
+def test_select_keeps_survivors_and_fills_from_spares_up_to_the_target(
+    current: tuple[str, ...] | None, live: list[str], target: int, shard: int, expected: tuple[str, ...]
+) -> None:
+    gen = Generation(3, current) if current is not None else None
+    assert layout.select(gen, live, target, shard) == expected
+
+
+def test_a_spare_waits_beside_a_full_healthy_generation_and_proposes_when_a_member_is_gone() -> None:
+    full = Generation(4, ("a", "b"))
+    assert layout.decide(full, ["a", "b", "s"], "s", left=0, min_members=2, target=2) is Action.WAIT
+    assert layout.decide(full, ["a", "b", "s"], "s", left=3, min_members=2, target=2) is Action.WAIT
+    assert layout.decide(full, ["a", "s"], "s", left=0, min_members=2, target=2) is Action.PROPOSE
+    assert layout.propose(full, ["a", "s"], target=2) == Generation(5, ("a", "s"))
+    # Without a cap a member that left re-forms with everyone (the behaviour before spares).
+    assert layout.decide(full, ["a", "b", "s"], "s", left=3, min_members=2) is Action.PROPOSE

@@ -208,8 +208,11 @@ class TrainConfig:
             out.append(("data", "is required (a folder made by `python -m llm_trainer prepare`)"))
         elif not (Path(self.data) / "meta.json").is_file():
             out.append(("data", f"{self.data} has no meta.json (run `python -m llm_trainer prepare`)"))
-        if not self.checkpoint_dir:
-            out.append(("checkpoint_dir", f"is required (or set ${CHECKPOINT_DIR_ENV})"))
+        if not self.checkpoint_dir and not self.step_log:
+            problem = f"is required (or set ${CHECKPOINT_DIR_ENV}; with --step-log alone: no checkpoints)"
+            out.append(("checkpoint_dir", problem))
+        if not self.checkpoint_dir and self.checkpoint_every:
+            out.append(("checkpoint_every", "needs --checkpoint-dir (0: no checkpoints)"))
         try:
             shape = model_config(self.model)
         except KeyError as exc:

@@ -110,10 +110,33 @@ class Generation:
         return Generation(int(data["generation"]), tuple(str(m) for m in data["members"]))
 
 
-def propose(current: Generation | None, live: list[str]) -> Generation:
-    """The next generation: every live member, ranked by sorted id (deterministic on every member)."""
+def select(
+    current: Generation | None, live: list[str], target: int = 0, shard_size: int = 1
+) -> tuple[str, ...]:
+    """Who trains next: the live members of ``current`` first (survivors stay), then the others in id order,
+    up to ``target`` members (0: everyone); the rest wait as standby spares. With ``shard_size`` > 1 whole
+    hosts are taken (``live`` holds complete hosts only). Sorted: ranks are positions in the result."""
+    alive = sorted(set(live))
+    if target <= 0 or len(alive) <= target:
+        return tuple(alive)
+    keep = [m for m in alive if current is not None and m in current.members]
+    others = [m for m in alive if m not in keep]
+    if shard_size > 1:  # take hosts, not single processes
+        hosts: dict[str, list[str]] = {}
+        for member in keep + others:
+            hosts.setdefault(host_of(member), []).append(member)
+        chosen: list[str] = []
+        for members in hosts.values():
+            if len(chosen) + len(members) <= target:
+                chosen += members
+        return tuple(sorted(chosen))
+    return tuple(sorted((keep + others)[:target]))
+
+
+def propose(current: Generation | None, live: list[str], target: int = 0, shard_size: int = 1) -> Generation:
+    """The next generation (deterministic on every member): see :func:`select`."""
     number = current.number + 1 if current is not None else 1
-    return Generation(number, tuple(sorted(set(live))))
+    return Generation(number, select(current, live, target, shard_size))
 
 
 class Action(Enum):
@@ -127,11 +150,14 @@ class Action(Enum):
     """A healthy generation without us is training: wait until it re-forms at a step boundary."""
 
 
-def decide(stored: Generation | None, live: list[str], me: str, left: int, min_members: int) -> Action:
+def decide(
+    stored: Generation | None, live: list[str], me: str, left: int, min_members: int, target: int = 0
+) -> Action:
     """Choose the next move of member ``me`` that left generation ``left`` (0: never in one).
 
     Pure: ``stored`` is the generation record, ``live`` the member keys now present; ``min_members`` only
-    holds back the first generation (after that, training goes on with whoever is left).
+    holds back the first generation (after that, training goes on with whoever is left); ``target`` caps a
+    generation's size (0: no cap): a member outside a healthy, full generation waits as a standby spare.
     """
     if stored is not None and stored.number > left and me in stored.members:
         if all(m in live for m in stored.members):
@@ -139,6 +165,9 @@ def decide(stored: Generation | None, live: list[str], me: str, left: int, min_m
         return Action.PROPOSE  # one of its members is gone already: supersede it
     if stored is None:  # a new job, or a fresh etcd after an outage (then members that trained go on)
         return Action.PROPOSE if len(live) >= min_members or left > 0 else Action.WAIT
-    if me not in stored.members and all(m in live for m in stored.members) and left == 0:
-        return Action.WAIT  # a joiner: the running generation takes us in at its next step boundary
+    healthy = all(m in live for m in stored.members)
+    full = 0 < target <= stored.world_size
+    if me not in stored.members and healthy and (left == 0 or full):
+        # A joiner: the running generation takes us in at its next step boundary, or we stay a spare.
+        return Action.WAIT
     return Action.PROPOSE

@@ -61,7 +61,9 @@ def read_generation(client: EtcdClient, prefix: str) -> tuple[Generation | None,
 class Membership:
     """One member's view: its lease-backed key, the generation it is in, and a change flag from watches."""
 
-    def __init__(self, client: EtcdClient, prefix: str, member: str, ttl: int, shard_size: int = 1) -> None:
+    def __init__(
+        self, client: EtcdClient, prefix: str, member: str, ttl: int, shard_size: int = 1, target: int = 0
+    ) -> None:
         if not prefix.endswith("/"):
             raise ValueError(f"live prefix must end with '/': {prefix!r}")
         if not layout.valid_member_id(member):
@@ -71,6 +73,10 @@ class Membership:
         self.member = member
         self.shard_size = shard_size
         """Processes per host that shard the state (HSDP); only complete hosts form generations."""
+        self.target = target
+        """Most members a generation takes (0: all); the others wait as standby spares."""
+        self.standby = False
+        """Whether this member waits as a spare (a full generation trains without it)."""
         self.lease = LeaseKeeper(client, ttl, self._reregister)
         self.changed = threading.Event()
         self._watches: list[int] = []
@@ -128,7 +134,8 @@ class Membership:
             raise Evicted(f"member {self.member} was removed from {self.prefix}")
         live = layout.complete_hosts(live, self.shard_size)
         stored, _ = read_generation(self.client, self.prefix)
-        return tuple(live) != generation.members or (stored is not None and stored != generation)
+        wanted = layout.select(generation, live, self.target, self.shard_size)
+        return wanted != generation.members or (stored is not None and stored != generation)
 
     def job_step(self) -> int:
         """The job's last completed step as rank 0 recorded it (0 when none, or the store is unreadable)."""
@@ -179,17 +186,22 @@ class Membership:
                 self.changed.clear()
                 continue
             stored, revision = read_generation(self.client, self.prefix)
-            action = layout.decide(stored, live, self.member, left, min_members)
+            action = layout.decide(stored, live, self.member, left, min_members, self.target)
+            self.standby = (
+                action is Action.WAIT and stored is not None and 0 < self.target <= stored.world_size
+            )
             if action is Action.WAIT:
                 self.changed.wait(0.25)
                 self.changed.clear()
                 continue
             if action is Action.PROPOSE:
-                proposal = layout.propose(stored, live)
+                proposal = layout.propose(stored, live, self.target, self.shard_size)
                 ok, _ = self.client.swap(layout.generation_key(self.prefix), proposal.encode(), revision)
                 if not ok:
                     continue  # another member won; read its proposal
                 log.info("proposed generation %d: %s", proposal.number, ",".join(proposal.members))
+                if self.member not in proposal.members:
+                    continue  # a full generation without us: we wait as a spare
                 stored = proposal
             assert stored is not None
             if self._arrive(stored, deadline):
