@@ -303,3 +303,26 @@ def test_operator_killed_mid_resize_converges(
     names = sorted(p["metadata"]["name"] for p in workers(cluster, namespace, "llama"))
     assert names == [f"llama-worker-{i}" for i in range(6)], op.logs()
     assert seen_max[0] <= 6 and not duplicates
+
+
+def test_spare_runs_and_an_unhealthy_node_is_recorded_and_avoided(
+    cluster: Any, namespace: str, operator: Any
+) -> None:
+    """replicas 2 + 1 spare = 3 pods; a worker exiting 78 (a failed health check) puts its node in
+    status.unhealthyNodes, and its replacement excludes that node by name."""
+    policy = {"nodeFailureGraceSeconds": 0, "resizeCooldownSeconds": 0, "recovery": "inProcess"}
+    pods = start(cluster, namespace, 3, replicas=2, spareReplicas=1, failurePolicy=policy)
+    assert status_when(cluster, namespace, "a running spare", spareReplicas=1, runningSpares=1)
+    victim = pod_named(pods, "-worker-0")
+    node = victim["spec"]["nodeName"]
+    chaos.fail_pod(namespace, victim["metadata"]["name"], 78, kube=cluster.kube, wait=False)
+    now = wait_for(replaced(cluster, namespace, victim), TIMEOUT, "the unhealthy node's worker replaced")
+    assert node not in {p["spec"]["nodeName"] for p in now}
+    originals = {p["metadata"]["uid"] for p in pods}
+    replacement = next(p for p in now if p["metadata"]["uid"] not in originals)
+    assert all(node in names for names in avoided_nodes(replacement)), replacement["spec"].get("affinity")
+    st = status(cluster, namespace, "llama")
+    assert [n["node"] for n in st["unhealthyNodes"]] == [node], st
+    assert st["unhealthyNodes"][0]["check"] == "other"  # kwok writes no termination message
+    events = cluster.kube.items("events", "--namespace", namespace)
+    assert any(e.get("reason") == "NodeUnhealthy" and node in e.get("message", "") for e in events)
