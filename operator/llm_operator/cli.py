@@ -47,6 +47,8 @@ def _cmd_docs(args: argparse.Namespace) -> int:
 def _cmd_operator(args: argparse.Namespace) -> int:
     from llm_operator.runner import run_operator
 
+    if args.mark_unhealthy_nodes:  # read with the other settings (Settings.from_env)
+        os.environ["LLMJOB_MARK_UNHEALTHY_NODES"] = "true"
     return run_operator(args)
 
 
@@ -116,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         help="seconds to wait for the CRDs and the peering object at start-up before exiting 3",
+    )
+    p.add_argument(
+        "--mark-unhealthy-nodes",
+        action="store_true",
+        help="label and taint (NoSchedule) nodes a worker found unhealthy, for every workload; needs"
+        " patch on nodes (same as LLMJOB_MARK_UNHEALTHY_NODES=true)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_operator)

@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from llm_operator import metrics
+from llm_operator import labels, metrics
 from llm_operator.api.models import API_VERSION, CLUSTER_RUNTIME_KIND, KIND, LLMTrainingJob
 from llm_operator.api.runtime import describe, merge, ref_of
 from llm_operator.api.validate import validate
@@ -285,6 +285,10 @@ class JobController:
             metrics.REPLACEMENTS.inc()
             if since:
                 metrics.REACTION.observe(max(0.0, now - since))
+        for node, check in decided.unhealthy:
+            metrics.UNHEALTHY_NODES.labels(check).inc()
+            if self.settings.mark_unhealthy_nodes:
+                await self.mark_node(node, check, body, logger)
         if decided.evict:  # before the deletions: the survivors re-form without waiting for leases
             await self.evict_live_members(job, decided.evict, body, logger)
         await asyncio.gather(
@@ -340,6 +344,19 @@ class JobController:
             status["readyReplicas"],
         )
         metrics.observe_progress(self.namespace, self.name, status.get("progress"), now)
+
+    async def mark_node(self, node: str, check: str, body: kopf.Body, logger: kopf.Logger) -> None:
+        """Opt-in: label and taint the node so no workload lands there; best effort (an Event on failure)."""
+        try:
+            marked = await self.kube.mark_node(node, labels.UNHEALTHY_NODE, check)
+        except KubeError as exc:
+            message = f"could not mark node {node} unhealthy: {exc}"
+            logger.warning(f"NodeMarkFailed: {message}")
+            kopf.event(body, type="Warning", reason="NodeMarkFailed", message=message)
+            return
+        if marked:
+            metrics.NODES_MARKED.inc()
+            logger.info(f"NodeMarked: {node} labelled and tainted {labels.UNHEALTHY_NODE}={check}")
 
     async def live_etcd(self, job: LLMTrainingJob) -> str:
         """host:port of the job's etcd as the operator reaches it (see llm_operator.live_evict)."""

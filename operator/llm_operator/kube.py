@@ -144,6 +144,41 @@ class Kube:
             raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
         return dict(body)
 
+    async def mark_node(self, name: str, key: str, value: str) -> bool:
+        """Label the node ``key=value`` and add the taint ``key=value:NoSchedule`` (once). False: the node
+        is gone or already carries the taint. The taint list is replaced whole, guarded by the node's
+        resourceVersion (a conflict is retried once)."""
+        for _ in range(2):
+            try:
+                node: Any = await self.core.read_node(name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
+            taints = [t.to_dict() for t in (node.spec.taints or [])]
+            if any(t.get("key") == key for t in taints):
+                return False
+            taints.append({"key": key, "value": value, "effect": "NoSchedule"})
+            patch: Any = {
+                "metadata": {"labels": {key: value}, "resourceVersion": node.metadata.resource_version},
+                "spec": {
+                    "taints": [
+                        {k: v for k, v in t.items() if v is not None and k != "time_added"} for t in taints
+                    ]
+                },
+            }
+            try:
+                call: Any = self.core.patch_node  # typed stubs lack _content_type
+                await _checked(call(name, patch, **{"_content_type": MERGE_PATCH, "_preload_content": False}))
+            except KubeError as exc:
+                if exc.status == 409:
+                    continue
+                if exc.status == 404:
+                    return False
+                raise
+            return True
+        return False
+
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (None values clear fields)."""
         patch: Any = self.custom.patch_namespaced_custom_object_status  # typed stubs lack _content_type

@@ -22,6 +22,7 @@ from llm_operator.builders.workload import (
     WORKLOADS,
     place,
     queue_name,
+    requested_count,
     workload,
     workload_name,
 )
@@ -126,7 +127,7 @@ class KueueSync:
                 return Admission("Finished", reason="Finished")
             priority = await self._priority(job.spec.scheduling.priorityClassName)
             try:
-                await self.kube.create(workload(job, job.desired_replicas, priority))
+                await self.kube.create(workload(job, requested_count(job), priority))
             except KubeError as exc:
                 if exc.status != 404:
                     raise
@@ -136,9 +137,9 @@ class KueueSync:
         if active == job.spec.suspend:  # suspend/resume goes through Kueue: deactivate, reactivate
             await self._patch(body, {"spec": {"active": not job.spec.suspend}}, status=False)
         verdict = read(body)
-        if verdict.state == "Queued" and verdict.requested != job.desired_replicas:
+        if verdict.state == "Queued" and verdict.requested != requested_count(job):
             # Scaled while waiting: podSets may change until quota is reserved (then they are immutable).
-            podsets = workload(job, job.desired_replicas)["spec"]["podSets"]
+            podsets = workload(job, requested_count(job))["spec"]["podSets"]
             await self._patch(body, {"spec": {"podSets": podsets}}, status=False)
         if verdict.admitted:
             await self._placement(verdict.flavors)

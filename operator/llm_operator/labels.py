@@ -20,6 +20,10 @@ PASSTHROUGH_LABELS = (KUEUE_QUEUE_NAME, "kueue.x-k8s.io/priority-class")
 # Gang scheduling (scheduler-plugins coscheduling / PodGroup v1alpha1).
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
+# Node health (opt-in, LLMJOB_MARK_UNHEALTHY_NODES): a node a worker found unhealthy gets this label and a
+# NoSchedule taint with the same key, value = the failed check, so no workload lands there any more.
+UNHEALTHY_NODE = f"{PREFIX}/unhealthy"
+
 # Test and chaos tooling: kwok stages turn a pod annotated with this into Failed/Succeeded.
 FAKE_EXIT_CODE = f"{PREFIX}/fake-exit-code"
 

@@ -46,6 +46,14 @@ JOB_ETA = Gauge(
     "Seconds until training ends at the current step time (jobs with a known total)",
     ["namespace", "llmjob"],
 )
+UNHEALTHY_NODES = Counter(
+    "llmjob_unhealthy_nodes_total",
+    "Workers that exited 78: a node health check failed, or a straggler (reason_kind: the check)",
+    ["reason_kind"],
+)
+NODES_MARKED = Counter(
+    "llmjob_nodes_marked_total", "Unhealthy nodes labelled and tainted (LLMJOB_MARK_UNHEALTHY_NODES)"
+)
 REACTION = Histogram(
     "llmjob_reaction_seconds",
     "From the failure signal's API timestamp to the lost worker's deletion (1 s timestamp resolution)",

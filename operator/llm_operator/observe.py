@@ -65,6 +65,10 @@ class PodView:
     """status.podIP (where the trainer's metrics endpoint is), empty until assigned."""
     started: float | None = None
     """When the container last started running (epoch seconds), None while it has not."""
+    message: str = ""
+    """The terminated container's termination message (a health failure's reason, exit code 78)."""
+    finished: float | None = None
+    """When the container terminated (epoch seconds), None while it has not."""
 
     @property
     def terminal(self) -> bool:
@@ -91,10 +95,14 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
     )
     exit_code: int | None = None
     started: float | None = None
+    message = ""
+    finished: float | None = None
     for cs in status.get("containerStatuses") or []:
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated is not None and terminated.get("exitCode") is not None:
             exit_code = int(terminated["exitCode"])
+            message = str(terminated.get("message") or "")[:1024]
+            finished = parse_time(terminated.get("finishedAt"))
         running = (cs.get("state") or {}).get("running")
         if running is not None:
             started = parse_time(running.get("startedAt")) or started
@@ -123,6 +131,8 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         gpus=gpus,
         ip=status.get("podIP") or "",
         started=started,
+        message=message,
+        finished=finished,
     )
 
 

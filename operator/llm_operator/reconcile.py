@@ -7,6 +7,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | rule | step |
 |---|---|
 | nodes new pods avoid, grace-period wake-ups | ``steps.placement.observe_nodes`` |
+| exit 78: node recorded unhealthy and avoided | ``steps.nodehealth.record_unhealthy`` |
 | stuck Terminating pods force-deleted | ``steps.failures.force_stuck_terminating`` |
 | non-retryable exit fails, exit 0 succeeds | ``steps.failures.terminal_outcome`` |
 | lost/failed workers replaced (or maxRestarts) | ``steps.failures.replace_lost`` |
@@ -21,6 +22,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | inProcess: failed workers leave the live membership | ``steps.live.evict_live_members`` |
 | checkpointDir not on a shared volume (warning) | ``steps.storage.checkpoint_sharing`` |
 | Kueue's verdict as condition + Event | ``steps.admission.admission_verdict`` |
+| a straggler replaced (condition) | ``steps.nodehealth.straggler_condition`` |
 | phase, conditions, status record | ``steps.status.status`` |
 | training progress and goodput (bounded rate) | ``steps.progress.report_progress`` |
 """
@@ -38,6 +40,7 @@ from llm_operator.steps.below_min import below_min
 from llm_operator.steps.failures import force_stuck_terminating, replace_lost, terminal_outcome
 from llm_operator.steps.finish import finish
 from llm_operator.steps.live import evict_live_members
+from llm_operator.steps.nodehealth import record_unhealthy, straggler_condition
 from llm_operator.steps.placement import observe_nodes
 from llm_operator.steps.progress import detect_stall, report_progress
 from llm_operator.steps.sizing import count_restart, resize, scale
@@ -52,6 +55,7 @@ Step = Callable[[PassState], None]
 
 STEPS: tuple[Step, ...] = (
     observe_nodes,
+    record_unhealthy,
     force_stuck_terminating,
     terminal_outcome,
     replace_lost,
@@ -66,6 +70,7 @@ STEPS: tuple[Step, ...] = (
     evict_live_members,
     checkpoint_sharing,
     admission_verdict,
+    straggler_condition,
     status,
     report_progress,
 )

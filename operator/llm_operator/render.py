@@ -18,7 +18,7 @@ from llm_operator.api.models import CLUSTER_RUNTIME_KIND, LLMTrainingJob
 from llm_operator.api.runtime import describe, is_runtime, ref_of, runtime_key
 from llm_operator.api.validate import validate, validate_runtime
 from llm_operator.builders.desired import desired_objects
-from llm_operator.builders.workload import queue_name, workload, workload_name
+from llm_operator.builders.workload import queue_name, requested_count, workload, workload_name
 from llm_operator.policy.storage import checkpoint_warning
 from llm_operator.settings import Settings
 
@@ -61,7 +61,7 @@ def _job_objects(job: LLMTrainingJob, settings: Settings, merged_from: str) -> l
     waits = f"created only once Kueue admits Workload {workload_name(job)} (with its flavor's placement)"
     pods = [obj for obj in objects if obj["kind"] == "Pod"]
     out += [(obj, "") for obj in objects if obj["kind"] != "Pod"]
-    out.append((workload(job, job.desired_replicas), "Kueue admits this Workload before any worker runs"))
+    out.append((workload(job, requested_count(job)), "Kueue admits this Workload before any worker runs"))
     return out + [(pod, waits) for pod in pods]
 
 

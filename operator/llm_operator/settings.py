@@ -35,12 +35,15 @@ class Settings:
     """Kueue admission for jobs with a kueue.x-k8s.io/queue-name label (LLMJOB_KUEUE=false turns it off)."""
     progress_seconds: float = DEFAULT_PROGRESS_SECONDS
     """At most one status.progress update per job this often (LLMJOB_PROGRESS_SECONDS; 0: no progress)."""
+    mark_unhealthy_nodes: bool = False
+    """Label and taint (NoSchedule) a node a worker found unhealthy, for every workload
+    (LLMJOB_MARK_UNHEALTHY_NODES=true; needs `patch` on nodes). Off: only the job avoids it."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read LLMJOB_RENDEZVOUS_IMAGE, LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object),
         LLMJOB_OPERATOR_NAMESPACE, LLMJOB_OPERATOR_POD_LABELS (a JSON object), LLMJOB_KUEUE and
-        LLMJOB_PROGRESS_SECONDS."""
+        LLMJOB_PROGRESS_SECONDS, LLMJOB_MARK_UNHEALTHY_NODES."""
         env = dict(os.environ) if environ is None else environ
         operator_labels = _string_map(env, "LLMJOB_OPERATOR_POD_LABELS")
         return cls(
@@ -52,6 +55,7 @@ class Settings:
             ),
             kueue=kueue_enabled(env),
             progress_seconds=_seconds(env, "LLMJOB_PROGRESS_SECONDS", DEFAULT_PROGRESS_SECONDS),
+            mark_unhealthy_nodes=_flag(env, "LLMJOB_MARK_UNHEALTHY_NODES", default=False),
         )
 
 
@@ -83,6 +87,18 @@ def _string_map(env: dict[str, str], name: str) -> dict[str, str] | None:
     ):
         raise ValueError(f"{name} must be a JSON object of strings")
     return parsed
+
+
+def _flag(env: dict[str, str], name: str, default: bool) -> bool:
+    """A boolean setting: true/1/yes/on or false/0/no/off (case-insensitive); unset or blank: default."""
+    text = env.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false, got {text!r}")
 
 
 def kueue_enabled(environ: dict[str, str] | None = None) -> bool:

@@ -150,3 +150,32 @@ def sample_order(volume: Path) -> Any:
     from llm_trainer.data.shards import TokenShards
 
     return GlobalOrder(TokenShards(volume / DATA_SUBDIR, SEQ_LEN).num_samples, SEED)
+
+
+def spare_job(
+    name: str,
+    namespace: str,
+    *,
+    replicas: int = 1,
+    spares: int = 1,
+    steps: int = 100000,
+    health_check: dict[str, Any] | None = None,
+    failure_policy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The in-process smoke job at ``replicas`` training workers plus ``spares`` warm spares, one per fake
+    p5 node (``replicas + spares`` nodes: the process cluster has 2 GPU nodes; ``chaos.add_node`` adds
+    more). ``health_check`` is spec.healthCheck (the runtime's checks; ``chaos.node_fault`` makes a node
+    fail one for real). Pods beyond the first ``replicas`` registered wait as spares."""
+    job = training_job(
+        name,
+        namespace,
+        minimum=1,
+        maximum=replicas,
+        steps=steps,
+        recovery="inProcess",
+        failure_policy=failure_policy,
+    )
+    job["spec"]["spareReplicas"] = spares
+    if health_check is not None:
+        job["spec"]["healthCheck"] = health_check
+    return job

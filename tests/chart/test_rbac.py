@@ -129,3 +129,25 @@ def test_runtimes_are_read_only(helm: Helm, name: str) -> None:
                 assert group == "elasticllm.dev" and verbs == {"get", "list", "watch"}, (resource, verbs)
                 seen.add(resource)
     assert seen == runtimes
+
+
+def test_node_marking_is_opt_in(helm: Helm) -> None:
+    """Nodes stay read-only unless nodeHealth.markNodes: then `patch` on nodes, and the operator is told."""
+    nodes = ("", "nodes")
+    for values, verbs, flag in (
+        ({}, {"get", "list", "watch"}, "false"),
+        ({"nodeHealth": {"markNodes": True}}, {"get", "list", "watch", "patch"}, "true"),
+        (
+            {**VALUES["namespaced"], "nodeHealth": {"markNodes": True}},
+            {"get", "list", "watch", "patch"},
+            "true",
+        ),
+    ):
+        objects = helm.template(values)
+        (cluster_role,) = by_kind(objects, "ClusterRole")
+        assert grants(cluster_role)[nodes] == verbs, values
+        (deployment,) = by_kind(objects, "Deployment")
+        env = {
+            e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["LLMJOB_MARK_UNHEALTHY_NODES"] == flag

@@ -32,6 +32,9 @@ SCHEMA_FIELD = {
     "unknown backend": "spec.rendezvous.backend",
     "negative grace": "spec.failurePolicy.nodeFailureGraceSeconds",
     "bad quantity": "spec.resources.memory",
+    "negative spares": "spec.spareReplicas",
+    "health check bad quantity": "spec.healthCheck.minSharedMemory",
+    "straggler factor below 1": "spec.healthCheck.stragglerFactor",
     "unknown field": "replicaz",
     "wrong type": "spec.minReplicas",
     "command as string": "spec.command",
@@ -80,3 +83,28 @@ def test_apiserver_stores_the_spec_as_written_and_render_defaults_it(cluster: An
     assert job.spec.failurePolicy.nodeFailureGraceSeconds == 30
     assert job.spec.rendezvous.backend == "etcd-v3"
     assert job.spec.command == ["python", "-m", "llm_trainer"]
+
+
+def test_apiserver_accepts_spares_with_in_process_or_from_a_runtime(cluster: Any, namespace: str) -> None:
+    """Spares need recovery inProcess in the job itself, unless a runtime may give it (checked merged)."""
+    base = {"apiVersion": "elasticllm.dev/v1alpha1", "kind": "LLMTrainingJob"}
+    in_process = {
+        **base,
+        "metadata": {"name": "spares", "namespace": namespace},
+        "spec": {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "image": "trainer:1",
+            "spareReplicas": 1,
+            "failurePolicy": {"recovery": "inProcess"},
+            "healthCheck": {"minSharedMemory": "1Gi", "stragglerFactor": 2.5, "command": ["true"]},
+        },
+    }
+    from_runtime = {
+        **base,
+        "metadata": {"name": "spares-rt", "namespace": namespace},
+        "spec": {"runtimeRef": {"name": "in-process"}, "spareReplicas": 1},
+    }
+    for doc in (in_process, from_runtime):
+        result = apply(cluster, doc, "--dry-run=server")
+        assert result.returncode == 0, result.stderr

@@ -303,3 +303,48 @@ def test_operator_killed_mid_resize_converges(
     names = sorted(p["metadata"]["name"] for p in workers(cluster, namespace, "llama"))
     assert names == [f"llama-worker-{i}" for i in range(6)], op.logs()
     assert seen_max[0] <= 6 and not duplicates
+
+
+@pytest.fixture
+def mark_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator started after this fixture marks unhealthy nodes (LLMJOB_MARK_UNHEALTHY_NODES)."""
+    monkeypatch.setenv("LLMJOB_MARK_UNHEALTHY_NODES", "true")
+
+
+def test_spare_runs_and_an_unhealthy_node_is_recorded_avoided_and_marked(
+    cluster: Any, namespace: str, mark_nodes: None, operator: Any
+) -> None:
+    """replicas 2 + 1 spare = 3 pods; a worker exiting 78 (a failed health check) puts its node in
+    status.unhealthyNodes, its replacement excludes that node by name, and (opt-in) the node is labelled
+    and tainted for every workload."""
+    policy = {"nodeFailureGraceSeconds": 0, "resizeCooldownSeconds": 0, "recovery": "inProcess"}
+    pods = start(cluster, namespace, 3, replicas=2, spareReplicas=1, failurePolicy=policy)
+    assert status_when(cluster, namespace, "a running spare", spareReplicas=1, runningSpares=1)
+    victim = pod_named(pods, "-worker-0")
+    node = victim["spec"]["nodeName"]
+    try:
+        _unhealthy_node_story(cluster, namespace, pods, victim, node)
+    finally:
+        cluster.kubectl("taint", "node", node, "elasticllm.dev/unhealthy-", check=False)
+        cluster.kubectl("label", "node", node, "elasticllm.dev/unhealthy-", check=False)
+
+
+def _unhealthy_node_story(
+    cluster: Any, namespace: str, pods: list[dict[str, Any]], victim: dict[str, Any], node: str
+) -> None:
+    chaos.fail_pod(namespace, victim["metadata"]["name"], 78, kube=cluster.kube, wait=False)
+    now = wait_for(replaced(cluster, namespace, victim), TIMEOUT, "the unhealthy node's worker replaced")
+    assert node not in {p["spec"]["nodeName"] for p in now}
+    originals = {p["metadata"]["uid"] for p in pods}
+    replacement = next(p for p in now if p["metadata"]["uid"] not in originals)
+    assert all(node in names for names in avoided_nodes(replacement)), replacement["spec"].get("affinity")
+    st = status(cluster, namespace, "llama")
+    assert [n["node"] for n in st["unhealthyNodes"]] == [node], st
+    assert st["unhealthyNodes"][0]["check"] == "other"  # kwok writes no termination message
+    events = cluster.kube.items("events", "--namespace", namespace)
+    assert any(e.get("reason") == "NodeUnhealthy" and node in e.get("message", "") for e in events)
+    marked = cluster.kube.get("node", node) or {}
+    assert marked["metadata"]["labels"].get("elasticllm.dev/unhealthy") == "other"
+    taints = marked["spec"].get("taints", [])
+    assert {"key": "elasticllm.dev/unhealthy", "value": "other", "effect": "NoSchedule"} in taints
+    assert any(t["key"] == "nvidia.com/gpu" for t in taints), "the node's other taints are kept"

@@ -99,6 +99,27 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         manifest(resources={"memory": "lots"}),
         "spec.resources.memory: 'lots' is not a Kubernetes quantity",
     ),
+    (
+        "spares without inProcess",
+        manifest(spareReplicas=1),
+        "spec.spareReplicas needs spec.failurePolicy.recovery inProcess",
+    ),
+    (
+        "spares with restart",
+        manifest(spareReplicas=2, failurePolicy={"recovery": "restart"}),
+        "spec.spareReplicas needs spec.failurePolicy.recovery inProcess",
+    ),
+    ("negative spares", manifest(spareReplicas=-1), "spec.spareReplicas"),
+    (
+        "health check bad quantity",
+        manifest(healthCheck={"minSharedMemory": "lots"}),
+        "spec.healthCheck.minSharedMemory: 'lots' is not a Kubernetes quantity",
+    ),
+    (
+        "straggler factor below 1",
+        manifest(healthCheck={"stragglerFactor": 0.5}),
+        "spec.healthCheck.stragglerFactor",
+    ),
     ("unknown field", manifest(replicaz=3), "spec.replicaz: unknown field"),
     ("wrong type", manifest(minReplicas="two"), "spec.minReplicas"),
     ("command as string", manifest(command="python train.py"), "spec.command"),

@@ -107,7 +107,7 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 {{- define "llmop.nodeRules" -}}
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [get, list, watch]
+  verbs: {{ if .Values.nodeHealth.markNodes }}[get, list, watch, patch]{{ else }}[get, list, watch]{{ end }}
 - apiGroups: [elasticllm.dev]
   resources: [clusterllmtrainingruntimes]
   verbs: [get, list, watch]

@@ -170,6 +170,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Target", "type": "integer", "jsonPath": ".status.targetReplicas", "priority": 1},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Spares", "type": "integer", "jsonPath": ".status.runningSpares", "priority": 1},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {
         "name": "Step",

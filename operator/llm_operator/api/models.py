@@ -149,6 +149,35 @@ class FailurePolicy(_Model):
     docs/byo-training.md)."""
 
 
+class HealthCheck(_Model):
+    """Node health checks the runtime (llm_elastic) runs in every worker: before it becomes a member
+    (pre-flight) and then periodically. A worker that fails one exits with code 78 and one line in its
+    termination message; the operator records the node, avoids it and replaces the worker
+    (docs/elasticity.md, "Node health")."""
+
+    enabled: bool = True
+    """Run the checks (false: none, and no straggler detection)."""
+    checkpointWriteMaxSeconds: float = Field(default=2.0, ge=0.01, le=3600)
+    """Most seconds a write + fsync of a 4 MiB probe file in checkpointDir may take."""
+    minSharedMemory: Quantity | None = _quantity(
+        "Least free space /dev/shm must have, e.g. 8Gi; unset: derived by the runtime (what its"
+        " in-memory snapshots need)."
+    )
+    intervalSeconds: int = Field(default=300, ge=0, le=86400)
+    """Seconds between periodic re-checks while the worker runs (0 = pre-flight only)."""
+    stragglerFactor: float = Field(default=1.5, ge=1.0, le=100)
+    """A worker whose step compute time is above this factor x the job's median over the window is a
+    straggler: it exits 78 and is replaced (by a spare when there is one)."""
+    stragglerWindowSteps: int = Field(default=20, ge=0, le=100000)
+    """Steps the straggler median is taken over (0 = no straggler detection)."""
+    command: list[str] = Field(default_factory=list, max_length=64)
+    """A check of your own: argv run in the worker container (never a shell string); a non-zero exit
+    marks the node unhealthy. Empty: none."""
+    gpu: bool = True
+    """GPU checks: device count, matmul rate, NCCL all-reduce, EFA devices visible (run only where the
+    worker has a GPU)."""
+
+
 class Scheduling(_Model):
     """Where worker pods may run."""
 
@@ -198,6 +227,11 @@ class LLMTrainingJobSpec(_Model):
     """Most worker nodes the job may run on."""
     replicas: int | None = Field(default=None, ge=1, le=4096)
     """Desired worker count (scale subresource); unset means maxReplicas."""
+    spareReplicas: int = Field(default=0, ge=0, le=1024)
+    """Warm standby workers run beside the training ones (failurePolicy.recovery inProcess only): they
+    start, pass the health checks and wait; when a member is lost one takes its place at the next step
+    boundary. They use nodes and quota like any worker, never count toward minReplicas, and are the first
+    to go when nodes are short."""
     image: str = Field(min_length=1, max_length=1024)
     """Trainer container image."""
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -229,6 +263,8 @@ class LLMTrainingJobSpec(_Model):
     """Failure handling and elasticity timing."""
     scheduling: Scheduling = Field(default_factory=Scheduling)
     """Placement of the worker pods."""
+    healthCheck: HealthCheck = Field(default_factory=HealthCheck)
+    """Node health checks and straggler detection (run by the runtime in every worker)."""
     terminationGracePeriodSeconds: int = Field(default=300, ge=0, le=3600)
     """Seconds a stopping worker gets to finish its step and write a checkpoint."""
     ttlSecondsAfterFinished: int | None = Field(default=None, ge=0, le=31536000)
@@ -243,7 +279,8 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Condition type: Ready, Degraded, Suspended, Complete, Failed, CheckpointNotShared, Stalled."""
+    """Condition type: Ready, Degraded, Suspended, Complete, Failed, CheckpointNotShared, Stalled,
+    Straggler."""
     status: Literal["True", "False", "Unknown"]
     """Condition status."""
     reason: str = ""
@@ -335,6 +372,23 @@ class TrainingProgress(_Model):
     """The last hour's productive and wall seconds, in 5-minute buckets (goodputLastHour)."""
 
 
+class UnhealthyNode(_Model):
+    """A node where a worker failed a health check (exit code 78)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str = ""
+    """Node name."""
+    check: str = ""
+    """The check that failed (checkpoint-write, shared-memory, gpu, nccl, efa, command, straggler, other)."""
+    reason: str = ""
+    """The worker's termination message (one line)."""
+    pod: str = ""
+    """The worker pod that found it."""
+    time: str = ""
+    """When the worker exited (RFC 3339)."""
+
+
 class LLMTrainingJobStatus(_Model):
     """What the operator observed and decided (written once per reconcile pass)."""
 
@@ -350,8 +404,17 @@ class LLMTrainingJobStatus(_Model):
     """The size the operator currently aims at (desired, or smaller after a shrink)."""
     desiredReplicas: int = 0
     """spec.replicas (or maxReplicas) as last seen: a change is a user resize."""
+    spareReplicas: int = 0
+    """Spare workers the operator aims at beside targetReplicas (spec.spareReplicas, fewer while nodes
+    are short)."""
+    runningSpares: int = 0
+    """Running workers beyond targetReplicas: warm standby, promoted when a member is lost."""
     restarts: int = 0
     """Membership changes so far (each one bumps the attempt label of new pods)."""
+    healthFailures: int = 0
+    """Workers that failed a pre-flight health check (not restarts; more than maxRestarts fails the job)."""
+    unhealthyNodes: list[UnhealthyNode] = Field(default_factory=list, max_length=64)
+    """Nodes found unhealthy, newest last (at most 16 kept); new workers of this job avoid them."""
     selector: str = ""
     """Label selector of the worker pods (scale subresource)."""
     observedGeneration: int = 0
@@ -417,6 +480,11 @@ class LLMTrainingJob(_Model):
     def desired_replicas(self) -> int:
         """spec.replicas, or maxReplicas when unset."""
         return self.spec.replicas if self.spec.replicas is not None else self.spec.maxReplicas
+
+    @property
+    def spare_replicas(self) -> int:
+        """spec.spareReplicas where it applies (inProcess recovery), else 0."""
+        return self.spec.spareReplicas if self.spec.failurePolicy.recovery == "inProcess" else 0
 
     @property
     def nproc_per_node(self) -> int:

@@ -82,6 +82,11 @@ RULES_JOB: list[dict[str, str]] = [
 _MOUNT = "(has(self.fsx.mountPath) ? self.fsx.mountPath : '/fsx')"
 _HAS_FP = "has(self.failurePolicy)"
 
+SPARES_MESSAGE = (
+    "'spec.spareReplicas needs spec.failurePolicy.recovery inProcess: a spare is a warm standby member of"
+    " the live membership (with restart recovery every membership change restarts all workers anyway)'"
+)
+
 RULES_SPEC: list[dict[str, str]] = [
     _rule(
         "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
@@ -137,6 +142,12 @@ RULES_SPEC: list[dict[str, str]] = [
         ".failurePolicy.recovery",
     ),
     _rule(
+        f"!has(self.spareReplicas) || self.spareReplicas == 0 || !{_HAS_FP}"
+        " || !has(self.failurePolicy.recovery) || self.failurePolicy.recovery == 'inProcess'",
+        SPARES_MESSAGE,
+        ".spareReplicas",
+    ),
+    _rule(
         f"!{_HAS_FP} || !has(self.failurePolicy.nonRetryableExitCodes)"
         " || self.failurePolicy.nonRetryableExitCodes.all(c, c >= 1 && c <= 255)",
         "'spec.failurePolicy.nonRetryableExitCodes must be exit codes in [1, 255]'",
@@ -162,6 +173,14 @@ RULES_JOB_SPEC: list[dict[str, str]] = [
     _required("maxReplicas"),
     _required("image"),
     _required("fsx.claimName", "!has(self.fsx) || has(self.fsx.claimName)"),
+    # Spares without recovery inProcess in the job itself: the runtime may set it (RULES_SPEC then checks
+    # the merged spec, where recovery defaults to restart).
+    _rule(
+        "has(self.runtimeRef) || !has(self.spareReplicas) || self.spareReplicas == 0"
+        f" || ({_HAS_FP} && has(self.failurePolicy.recovery) && self.failurePolicy.recovery == 'inProcess')",
+        SPARES_MESSAGE,
+        ".spareReplicas",
+    ),
 ]
 
 RULES_ENV_VAR: list[dict[str, str]] = [

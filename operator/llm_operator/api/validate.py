@@ -69,7 +69,9 @@ def pydantic_problems(error: ValidationError, prefix: str = "") -> list[Problem]
             message = item["msg"]
             if "input" in item and not isinstance(item["input"], dict | list):
                 message += f" (got {item['input']!r})"
-        if where in seen and where.endswith(("cpu", "memory", "sharedMemory", "ephemeralStorage")):
+        if where in seen and where.endswith(
+            ("cpu", "memory", "sharedMemory", "ephemeralStorage", "minSharedMemory")
+        ):
             continue  # one line per quantity, not one per union branch
         seen.setdefault(where, (where, f"{where}: {message}"))
     return list(seen.values())
@@ -85,6 +87,7 @@ def _quantity_problems(job: LLMTrainingJob) -> list[Problem]:
         "spec.resources.memory": res.memory,
         "spec.resources.ephemeralStorage": res.ephemeralStorage,
         "spec.sharedMemory": job.spec.sharedMemory,
+        "spec.healthCheck.minSharedMemory": job.spec.healthCheck.minSharedMemory,
     }
     return [
         (name, f"{name}: {value!r} is not a Kubernetes quantity (e.g. 64Gi, 500m, 180)")

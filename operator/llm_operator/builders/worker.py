@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,7 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NODE_NAME_FIELD = "metadata.name"
 DIST_PORT = 29500
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 # libfabric / aws-ofi-nccl settings for p4d/p5 with EFA (user env overrides them).
 EFA_ENV: dict[str, str] = {
@@ -60,8 +62,21 @@ def _identity_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[st
     ]
 
 
+def health_check_json(job: LLMTrainingJob) -> str:
+    """LLMJOB_HEALTH_CHECK: spec.healthCheck with every default filled, as compact JSON (sorted keys).
+
+    ``minSharedMemory`` is a string quantity, or "" when unset (the runtime derives it)."""
+    check = job.spec.healthCheck.model_dump(mode="json")
+    shm = job.spec.healthCheck.minSharedMemory
+    check["minSharedMemory"] = "" if shm is None else str(shm)
+    return json.dumps(check, separators=(",", ":"), sort_keys=True)
+
+
 def _tail_env(job: LLMTrainingJob) -> list[dict[str, Any]]:
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "LLMJOB_HEALTH_CHECK", "value": health_check_json(job)},
+    ]
     if job.spec.checkpointDir:
         env.append({"name": "LLMJOB_CHECKPOINT_DIR", "value": job.spec.checkpointDir})
     return env
@@ -99,6 +114,8 @@ def live_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, An
         {"name": "LLMJOB_LIVE_ETCD", "value": rendezvous.endpoint(job)},
         {"name": "LLMJOB_LIVE_PREFIX", "value": live_prefix(job)},
         {"name": "LLMJOB_LIVE_MIN_MEMBERS", "value": str(job.spec.minReplicas * job.nproc_per_node)},
+        # Generations hold at most this many members; registered members beyond it wait as warm spares.
+        {"name": "LLMJOB_LIVE_TARGET_MEMBERS", "value": str(job.desired_replicas * job.nproc_per_node)},
         *_tail_env(job),
     ]
 
@@ -258,6 +275,10 @@ def worker_pod(
         "env": container_env(job, index, attempt),
         "ports": metrics_ports(job.nproc_per_node),
         "volumeMounts": mounts,
+        # The runtime writes one line there when a health check fails (exit code 78); the operator
+        # reads it from the container's terminated state.
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     resources = _resources(job)
     if resources:

@@ -1,8 +1,10 @@
 """The Kueue Workload of a job: what Kueue admits (quota, gang, partial admission) before workers run.
 
 Kueue documents that a custom job API integrates by creating a corresponding Workload. One podSet
-describes the workers: ``count`` is the desired size, ``minCount`` is ``minReplicas`` (Kueue may admit
-any size in between: partial admission), the template carries what Kueue accounts for (requests) and
+describes the workers: ``count`` is the desired size plus the spares (``requested_count``: spares hold
+nodes and count against quota like any worker), ``minCount`` is ``minReplicas`` (Kueue may admit any
+size in between: partial admission; the operator then runs the training workers first, spares from
+what is left), the template carries what Kueue accounts for (requests) and
 what its flavor assignment matches (node selector, affinity, tolerations).
 """
 
@@ -55,6 +57,11 @@ def pod_template(job: LLMTrainingJob) -> dict[str, Any]:
         if spec.get(key):
             template_spec[key] = copy.deepcopy(spec[key])
     return {"metadata": {"labels": labels.selector(job.metadata.name)}, "spec": template_spec}
+
+
+def requested_count(job: LLMTrainingJob) -> int:
+    """Workers the Workload asks quota for: the desired size plus spec.spareReplicas (inProcess)."""
+    return job.desired_replicas + job.spare_replicas
 
 
 def workload(job: LLMTrainingJob, count: int, priority: int | None = None) -> dict[str, Any]:

@@ -43,13 +43,15 @@ def free_slots(
     nodes: Iterable[NodeView],
     all_workers: Iterable[PodView],
     job_workers: Iterable[PodView],
+    avoid: Iterable[str] = (),
 ) -> int:
-    """Nodes that fit the job and have room: GPUs left for GPU jobs, no worker of this job for CPU jobs."""
+    """Nodes that fit the job and have room: GPUs left for GPU jobs, no worker of this job for CPU jobs.
+    ``avoid``: nodes the job's new workers must not use (bad or found unhealthy)."""
     used_gpus: dict[str, int] = {}
     for pod in all_workers:
         if pod.node and not pod.terminal:
             used_gpus[pod.node] = used_gpus.get(pod.node, 0) + pod.gpus
-    own_nodes = {pod.node for pod in job_workers if pod.node and not pod.terminal}
+    own_nodes = {pod.node for pod in job_workers if pod.node and not pod.terminal} | set(avoid)
     count = 0
     for node in nodes:
         if not fits(job, node) or node.name in own_nodes:

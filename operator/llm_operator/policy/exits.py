@@ -7,6 +7,10 @@ from typing import Literal
 
 ExitClass = Literal["success", "retry", "fatal"]
 
+HEALTH_EXIT_CODE = 78
+"""A worker that failed a node health check, or was found a straggler, exits with this code (EX_CONFIG):
+its node is recorded and avoided, the worker replaced (``policy.health``, ``steps.nodehealth``)."""
+
 
 def classify_exit(exit_code: int | None, reason: str, non_retryable: Iterable[int]) -> ExitClass:
     """First match wins: evicted -> retry; 0 -> success; listed code -> fatal; anything else -> retry."""

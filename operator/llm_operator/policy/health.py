@@ -13,7 +13,8 @@ from llm_operator.observe import (
     NodeView,
     PodView,
 )
-from llm_operator.policy.exits import classify_exit
+from llm_operator.policy.exits import HEALTH_EXIT_CODE, classify_exit
+from llm_operator.policy.nodehealth import parse_failure
 
 State = Literal["healthy", "pending", "lost", "fatal", "succeeded", "terminating"]
 
@@ -24,6 +25,11 @@ NODE_TERMINATING = "NodeTerminating"
 NODE_CORDONED = "NodeCordoned"
 POD_FAILED = "PodFailed"
 POD_EVICTED = "PodEvicted"
+NODE_UNHEALTHY = "NodeUnhealthy"
+"""The worker exited 78: a health check failed on its node (llm_elastic's node health checks)."""
+STRAGGLER = "Straggler"
+"""The worker exited 78 as a straggler (its steps were slower than the job's median by stragglerFactor)."""
+HEALTH_SIGNALS = (NODE_UNHEALTHY, STRAGGLER)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ def assess(
     if pod.phase == "Succeeded":
         return Health("succeeded")
     if pod.phase == "Failed":
+        if pod.exit_code == HEALTH_EXIT_CODE and pod.reason != "Evicted":  # before nonRetryableExitCodes
+            signal = STRAGGLER if parse_failure(pod.message).straggler else NODE_UNHEALTHY
+            return Health("lost", signal, since=pod.finished)
         verdict = classify_exit(pod.exit_code, pod.reason, non_retryable)
         if verdict == "success":
             return Health("succeeded")

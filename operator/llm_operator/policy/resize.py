@@ -1,4 +1,9 @@
-"""The size the job aims at: follow the user, shrink to what can be scheduled, grow back when room appears."""
+"""The size the job aims at: follow the user, shrink to what can be scheduled, grow back when room appears.
+
+Two numbers: ``target`` training workers (never below ``minimum`` by a shrink) and ``spares`` warm
+standby workers beside them (spec.spareReplicas, failurePolicy.recovery inProcess). Spares never count
+toward the minimum, are the first to go when workers stay unschedulable, and the last to come back.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +33,10 @@ class SizeInput:
     now: float
     last_resize: float | None
     cooldown: int
+    spares_desired: int = 0
+    """spec.spareReplicas (0 unless inProcess; fewer when Kueue admitted less)."""
+    spares_current: int | None = None
+    """status.spareReplicas; None before the first pass."""
 
 
 @dataclass(frozen=True)
@@ -37,21 +46,31 @@ class SizeDecision:
     target: int
     reason: str = ""
     recheck_at: float | None = None
+    spares: int = 0
+    """Spare workers to run beside ``target``."""
 
 
 def decide_size(s: SizeInput) -> SizeDecision:
     """Ordered rules, first match wins."""
+    spares = s.spares_desired if s.spares_current is None else s.spares_current
     if s.current is None or s.current == 0:
-        return SizeDecision(s.desired, INITIAL)
+        return SizeDecision(s.desired, INITIAL, spares=s.spares_desired)
     if s.last_desired is not None and s.desired != s.last_desired:
-        return SizeDecision(s.desired, USER_SCALED)
+        return SizeDecision(s.desired, USER_SCALED, spares=s.spares_desired)
     if s.current > s.desired:
-        return SizeDecision(s.desired, USER_SCALED)
-    if s.stuck_pending > 0 and s.current > s.minimum:
-        return SizeDecision(max(s.minimum, s.current - s.stuck_pending), SHRUNK)
-    if s.current < s.desired and s.stuck_pending == 0 and s.free_slots > 0:
+        return SizeDecision(s.desired, USER_SCALED, spares=s.spares_desired)
+    if spares > s.spares_desired:  # spareReplicas lowered (or Kueue admitted fewer): at once
+        return SizeDecision(s.current, USER_SCALED, spares=s.spares_desired)
+    if s.stuck_pending > 0 and (spares > 0 or s.current > s.minimum):
+        # Spares go first; only what is still stuck after them shrinks the training size.
+        left = max(0, s.stuck_pending - spares)
+        return SizeDecision(max(s.minimum, s.current - left), SHRUNK, spares=max(0, spares - s.stuck_pending))
+    short = (s.desired - s.current) + (s.spares_desired - spares)
+    if short > 0 and s.stuck_pending == 0 and s.free_slots > 0:
         ready_at = (s.last_resize or 0.0) + s.cooldown
         if s.now >= ready_at:
-            return SizeDecision(min(s.desired, s.current + s.free_slots), GROWN)
-        return SizeDecision(s.current, recheck_at=ready_at)
-    return SizeDecision(s.current)
+            target = min(s.desired, s.current + s.free_slots)  # training workers first
+            room = s.free_slots - (target - s.current)
+            return SizeDecision(target, GROWN, spares=min(s.spares_desired, spares + room))
+        return SizeDecision(s.current, recheck_at=ready_at, spares=spares)
+    return SizeDecision(s.current, spares=spares)

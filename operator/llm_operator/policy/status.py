@@ -23,6 +23,9 @@ class PhaseInput:
     replacing: bool
     """Lost or failed workers are being replaced (a restart in progress)."""
     previous_phase: str
+    spares: int = 0
+    """Spare workers aimed at beside ``target``: they must exist, but a pending spare does not keep the
+    job from Running."""
 
 
 def decide_phase(p: PhaseInput) -> str:
@@ -31,7 +34,7 @@ def decide_phase(p: PhaseInput) -> str:
         return p.terminal_phase
     if p.suspended:
         return "Suspended"
-    settled = p.ready == p.target and p.active == p.target
+    settled = p.target <= p.ready <= p.target + p.spares and p.active == p.target + p.spares
     if settled and p.target > 0:
         return "Running"
     if not p.started:

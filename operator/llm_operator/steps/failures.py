@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from llm_operator.steps.state import Deletion, PassState
+from llm_operator.policy.health import HEALTH_SIGNALS
+from llm_operator.policy.nodehealth import parse_failure
+from llm_operator.steps.state import Deletion, PassState, Verdict
+
+
+def _preflight(verdict: Verdict) -> bool:
+    """A worker that failed its health check before it became a member (exit 78, ``preflight``)."""
+    pod, h = verdict
+    return h.signal in HEALTH_SIGNALS and parse_failure(pod.message).preflight
 
 
 def force_stuck_terminating(s: PassState) -> None:
@@ -29,11 +37,28 @@ def terminal_outcome(s: PassState) -> None:
 
 def replace_lost(s: PassState) -> None:
     """Lost or failed workers are deleted (their indices free up for replacements): a restart,
-    unless it would exceed maxRestarts."""
+    unless it would exceed maxRestarts. Workers that only failed a pre-flight health check never were
+    members: replacing them is no restart, they count in healthFailures (more than maxRestarts of them
+    fail the job, so a check that fails on every node cannot loop for ever)."""
     lost = s.lost
     if not s.live or not lost:
         return
     limit = s.job.spec.failurePolicy.maxRestarts
+    preflight = [v for v in lost if _preflight(v)]
+    if len(preflight) == len(lost):
+        s.health_failures += len(preflight)
+        if s.health_failures > limit:
+            s.finish(
+                "Failed",
+                "HealthChecksFailing",
+                f"{s.health_failures} workers failed their pre-flight health check (maxRestarts {limit});"
+                f" last: {parse_failure(preflight[-1][0].message).reason}",
+            )
+            return
+        for pod, h in preflight:
+            s.out.delete.append(Deletion(pod, h.force, h.signal, h.since))
+            s.out.lost.append((h.signal, h.since))
+        return
     if s.restarts + 1 > limit:
         s.finish(
             "Failed",

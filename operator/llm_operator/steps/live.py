@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
-from llm_operator.policy.health import NODE_DELETED, NODE_NOT_READY, POD_EVICTED, POD_FAILED
+from llm_operator.policy.health import (
+    HEALTH_SIGNALS,
+    NODE_DELETED,
+    NODE_NOT_READY,
+    POD_EVICTED,
+    POD_FAILED,
+)
 from llm_operator.steps.state import PassState
 
 EVICT_REASONS = frozenset(
-    {NODE_DELETED, NODE_NOT_READY, POD_FAILED, POD_EVICTED, "Stalled", "ForceDeleteStuckTerminating"}
+    {
+        NODE_DELETED,
+        NODE_NOT_READY,
+        POD_FAILED,
+        POD_EVICTED,
+        *HEALTH_SIGNALS,
+        "Stalled",
+        "ForceDeleteStuckTerminating",
+    }
 )
 """Deletions of workers whose processes cannot leave by themselves (dead, gone, or hung). Graceful
 deletions (scale down, suspend, a terminating or cordoned node, the end) are left out: SIGTERM makes

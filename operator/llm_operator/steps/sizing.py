@@ -1,5 +1,5 @@
 """Steps: the target size (follow the user, shrink to capacity, grow back), the restart count, and
-scaling the worker set to the target."""
+scaling the worker set to the target (training workers plus spares)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from llm_operator.steps.state import Deletion, PassState, Verdict
 
 
 def resize(s: PassState) -> None:
-    """Decide the target size; a change other than the first sizing is a resize (Event, cooldown)."""
+    """Decide the target size and the spares; a change other than the first sizing is a resize (Event,
+    cooldown). Only a change of the training size is a restart: spares are not members."""
     if not s.live:
         return
     spec, policy = s.job.spec, s.job.spec.failurePolicy
@@ -30,14 +31,22 @@ def resize(s: PassState) -> None:
             current=s.target or None,
             last_desired=s.job.status.desiredReplicas or None,
             stuck_pending=len(stuck),
-            free_slots=free_slots(s.job, s.nodes.values(), s.all_workers, [p for p, _ in s.verdicts]),
+            free_slots=free_slots(
+                s.job, s.nodes.values(), s.all_workers, [p for p, _ in s.verdicts], s.out.avoid_nodes
+            ),
             now=s.now,
             last_resize=s.last_resize,
             cooldown=policy.resizeCooldownSeconds,
+            spares_desired=s.desired_spares,
+            spares_current=s.spares,
         )
     )
     s.out.wake_at(decision.recheck_at)
+    spares_before, s.spares = s.spares, decision.spares
     if decision.target == s.target:
+        if decision.spares != spares_before and decision.reason not in ("", INITIAL):
+            s.out.events.append(("Normal", decision.reason, f"spares {spares_before} -> {decision.spares}"))
+            s.last_resize = s.now
         return
     if decision.reason != INITIAL:
         s.out.resize = (s.target, decision.target, decision.reason)
@@ -70,15 +79,17 @@ def choose_surplus(active: list[Verdict], count: int) -> list[PodView]:
 
 
 def scale(s: PassState) -> None:
-    """Delete the surplus above the target, or create workers on free indices up to it."""
+    """Delete the surplus above target + spares, or create workers on free indices up to it."""
     if not s.live:
         return
     active = s.active
-    if len(active) > s.target:
-        for pod in choose_surplus(active, len(active) - s.target):
+    total = s.target + s.spares
+    if len(active) > total:
+        for pod in choose_surplus(active, len(active) - total):
             s.out.delete.append(Deletion(pod, False, "ScaledDown"))
-    elif len(active) < s.target and not s.succeeded:  # a worker exited 0: the run is finishing
-        # Every pod object still holds its index (names are unique): never more than maxReplicas.
-        free = _free_indices((p for p, _ in s.verdicts), s.job.spec.maxReplicas)
-        s.out.create = free[: s.target - len(active)]
+    elif len(active) < total and not s.succeeded:  # a worker exited 0: the run is finishing
+        # Every pod object still holds its index (names are unique): never more than
+        # maxReplicas + spareReplicas.
+        free = _free_indices((p for p, _ in s.verdicts), s.job.spec.maxReplicas + s.job.spare_replicas)
+        s.out.create = free[: total - len(active)]
     s.out.attempt = s.restarts

@@ -46,7 +46,10 @@ class Plan:
     evict: list[str] = field(default_factory=list)
     """Workers (pod names) whose live members leave the job's etcd before the pods are deleted."""
     avoid_nodes: tuple[str, ...] = ()
-    """Nodes new workers must not land on (lost, terminating, cordoned, or just deleted)."""
+    """Nodes new workers must not land on (lost, terminating, cordoned, just deleted, or found
+    unhealthy by a worker's health check)."""
+    unhealthy: list[tuple[str, str]] = field(default_factory=list)
+    """(node, check) of nodes found unhealthy this pass, for metrics and node marking."""
     requeue_at: float | None = None
 
     def wake_at(self, when: float | None) -> None:
@@ -78,6 +81,12 @@ class PassState:
     message: str
     restarts: int
     target: int
+    spares: int
+    """Spare workers aimed at beside ``target`` (status.spareReplicas)."""
+    health_failures: int
+    """Pre-flight health failures so far (status.healthFailures)."""
+    unhealthy_nodes: list[dict[str, Any]]
+    """status.unhealthyNodes, newest last."""
     last_resize: float | None
     below_min_since: float | None
     completion: str | None
@@ -122,6 +131,9 @@ class PassState:
             message=old.message,
             restarts=old.restarts,
             target=old.targetReplicas,
+            spares=old.spareReplicas,
+            health_failures=old.healthFailures,
+            unhealthy_nodes=[n.model_dump() for n in old.unhealthyNodes],
             last_resize=parse_time(old.lastResizeTime),
             below_min_since=parse_time(old.belowMinSince),
             completion=old.completionTime,
@@ -165,6 +177,16 @@ class PassState:
         if self.admission is not None:
             return min(self.job.desired_replicas, self.admission.count)
         return self.job.desired_replicas
+
+    @property
+    def desired_spares(self) -> int:
+        """spec.spareReplicas (inProcess only; 0 while suspended or not admitted; with Kueue, what the
+        admitted count leaves after the training workers)."""
+        if self.job.spec.suspend or self.gated:
+            return 0
+        if self.admission is not None:
+            return min(self.job.spare_replicas, max(0, self.admission.count - self.desired))
+        return self.job.spare_replicas
 
     @property
     def live(self) -> bool:

@@ -26,6 +26,7 @@ def status(s: PassState) -> None:
             ready=ready,
             active=n_active,
             target=s.target,
+            spares=s.spares,
             desired=s.desired,
             replacing=s.replacing,
             previous_phase=old.phase,
@@ -41,6 +42,9 @@ def status(s: PassState) -> None:
         out.events.append((level, f"Phase{phase}", f"{old.phase} -> {phase}{detail}"))
         if phase in ("Running", "Pending", "Scaling") and not s.replacing and out.resize is None:
             reason, message = phase, ""
+    running = sum(
+        1 for p, h in active if h.state == "healthy" and p.phase == "Running" and p.uid not in leaving
+    )
     size_note = out.resize[2] if out.resize else (old.reason if s.target < s.desired else "")
     record: dict[str, Any] = {
         "phase": phase,
@@ -48,7 +52,11 @@ def status(s: PassState) -> None:
         "readyReplicas": ready,
         "targetReplicas": s.target,
         "desiredReplicas": s.desired,
+        "spareReplicas": s.spares,
+        "runningSpares": max(0, running - s.target) if s.spares else 0,
         "restarts": s.restarts,
+        "healthFailures": s.health_failures,
+        "unhealthyNodes": s.unhealthy_nodes,
         "selector": labels.selector_string(job.metadata.name),
         "observedGeneration": job.metadata.generation,
         "reason": reason,

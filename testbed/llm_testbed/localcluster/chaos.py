@@ -10,6 +10,8 @@ Every function talks to the cluster of ``kube`` (default: our kubectl against ``
 - :func:`taint_for_termination`: the taint Karpenter, the AWS Node Termination Handler (spot
   interruption) or a cordon puts on a node that is about to go; :func:`clear_termination` undoes it.
 - :func:`fail_pod`: the pod's containers exit with a given code (kwok Stage keyed on a pod annotation).
+- :func:`node_fault` / :func:`clear_node_fault`: a node whose pods see read-only volumes, a CPU quota or a
+  tiny /dev/shm (real for their processes; only with the pod runner, ``cluster up --run-pods``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"  # kube-controller-manager:
 LOST_NODE_TAINTS = (NOT_READY_TAINT, UNREACHABLE_TAINT)
 LOST_MESSAGE = "Kubelet stopped posting node status."
 SPOT_EVENT_ID = "spot-itn-llmjob-local"  # NTH puts the interruption event's id in the taint value
+FaultKind = Literal["readonly-volumes", "cpu", "shm"]
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+FAULT_DEFAULTS: dict[str, str] = {"readonly-volumes": "true", "cpu": "0.1", "shm": "1Mi"}
 DEFAULT_TIMEOUT_S = 30.0
 CONFLICT_RETRIES = 10
 
@@ -266,6 +271,40 @@ def clear_termination(node: str, kind: TerminationKind, *, kube: Kubectl | None 
     _update_node_spec(_kube(kube), node, change)
 
 
+# ---------------------------------------------------------------------------------------- node faults
+def fault_annotation(kind: str) -> str:
+    """The node annotation the pod runner reads for a fault kind."""
+    try:
+        return marks.NODE_FAULTS[kind]
+    except KeyError:
+        raise LocalClusterError(f"unknown fault {kind!r}; use one of {', '.join(FAULT_KINDS)}") from None
+
+
+def node_fault(node: str, kind: FaultKind, value: str | None = None, *, kube: Kubectl | None = None) -> str:
+    """Make ``node`` faulty for the pods the runner starts there from now on (``cpu``: its running pods
+    too): ``readonly-volumes`` (value ignored), ``cpu`` (cores, default 0.1), ``shm`` (size, default
+    1Mi). Returns the value set."""
+    key = fault_annotation(kind)
+    text = FAULT_DEFAULTS[kind] if kind == "readonly-volumes" or value is None else str(value)
+    k = _kube(kube)
+    _node(k, node)
+    k.run("annotate", "node", node, f"{key}={text}", "--overwrite")
+    return text
+
+
+def clear_node_fault(node: str, kind: FaultKind | None = None, *, kube: Kubectl | None = None) -> None:
+    """Remove one fault mark (``kind``) or all of them from ``node``."""
+    keys = [fault_annotation(kind)] if kind else list(marks.NODE_FAULTS.values())
+    k = _kube(kube)
+    _node(k, node)
+    k.run("annotate", "node", node, *[f"{key}-" for key in keys])
+
+
+def _fault_marks(node: dict[str, Any]) -> list[str]:
+    notes = node.get("metadata", {}).get("annotations") or {}
+    return [key for key in marks.NODE_FAULTS.values() if key in notes]
+
+
 # ----------------------------------------------------------------------------------------------- pods
 def fail_pod(
     namespace: str,
@@ -314,7 +353,8 @@ def restore_nodes(
 ) -> list[str]:
     """Bring the node set back to ``baseline`` (Node manifests) after fault injection.
 
-    Extra nodes are deleted, missing ones created, not-ready marks and termination taints cleared; returns
+    Extra nodes are deleted, missing ones created, not-ready marks, fault marks and termination taints
+    cleared; returns
     the names of the nodes that had to change (empty when nothing had been touched).
     """
     k = _kube(kube)
@@ -336,6 +376,9 @@ def restore_nodes(
             if termination_taint(kind)["key"] in keys or cordoned:
                 clear_termination(name, kind, kube=k)
                 touched = True
+        if _fault_marks(obj):
+            clear_node_fault(name, kube=k)
+            touched = True
         if touched:
             changed.append(name)
     for name in sorted(wanted.keys() - current.keys()):

@@ -160,6 +160,12 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     elif action == "untaint":
         chaos.clear_termination(args.node, args.kind, kube=kube)
         print(f"node {args.node}: {args.kind} termination mark removed")
+    elif action == "fault":
+        value = chaos.node_fault(args.node, args.kind, args.value, kube=kube)
+        print(f"node {args.node}: fault {args.kind}={value} (pods the runner starts there from now on)")
+    elif action == "clear-fault":
+        chaos.clear_node_fault(args.node, args.kind, kube=kube)
+        print(f"node {args.node}: fault {args.kind or 'marks'} cleared")
     elif action == "fail-pod":
         chaos.fail_pod(args.namespace, args.pod, args.exit_code, kube=kube)
         print(f"pod {args.namespace}/{args.pod}: exited with code {args.exit_code}")
@@ -277,6 +283,21 @@ def _register_chaos(subparsers: Any) -> None:
             required=True,
             help="karpenter: karpenter.sh/disrupted; spot: NTH spot-itn taint; cordon",
         )
+    fault = sub.add_parser(
+        "fault", help="make the node's pods fail a health check for real (needs cluster up --run-pods)"
+    )
+    fault.add_argument("node")
+    fault.add_argument(
+        "--kind",
+        choices=chaos.FAULT_KINDS,
+        required=True,
+        help="readonly-volumes: PVC volumes mounted read-only; cpu: a CPU quota of --value cores (0.1);"
+        " shm: /dev/shm a tmpfs of --value bytes (1Mi)",
+    )
+    fault.add_argument("--value", default=None, help="cores (cpu) or a size such as 1Mi (shm)")
+    clear = sub.add_parser("clear-fault", help="remove a fault mark (default: all) from the node")
+    clear.add_argument("node")
+    clear.add_argument("--kind", choices=chaos.FAULT_KINDS, default=None)
     fail = sub.add_parser("fail-pod", help="the pod's containers exit with a code (0: Succeeded)")
     fail.add_argument("pod")
     fail.add_argument("--namespace", "-n", default="default")

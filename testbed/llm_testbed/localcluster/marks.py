@@ -25,3 +25,10 @@ GPU_TAINT_KEY: Final = "nvidia.com/gpu"
 KARPENTER_DISRUPTED_TAINT: Final = "karpenter.sh/disrupted"  # Karpenter v1, effect NoSchedule
 SPOT_INTERRUPTION_TAINT: Final = "aws-node-termination-handler/spot-itn"  # AWS NTH, effect NoSchedule
 UNSCHEDULABLE_TAINT: Final = "node.kubernetes.io/unschedulable"  # what a cordon leads to
+
+# Node annotations the local pod runner turns into real faults for the pods it starts on that node
+# (``llmjob chaos fault``; ``podrunner/faults.py``). Each one makes one health check fail for real.
+NODE_FAULT_READONLY: Final = "elasticllm.dev/fault-readonly-volumes"  # "true": PVC volumes mounted read-only
+NODE_FAULT_CPU: Final = "elasticllm.dev/fault-cpu"  # CPU cores a container gets, e.g. "0.2" (cgroup quota)
+NODE_FAULT_SHM: Final = "elasticllm.dev/fault-shm-size"  # /dev/shm is a tmpfs of this size, e.g. "1Mi"
+NODE_FAULTS: Final = {"readonly-volumes": NODE_FAULT_READONLY, "cpu": NODE_FAULT_CPU, "shm": NODE_FAULT_SHM}

@@ -42,10 +42,14 @@ def _check(result: int, what: str) -> None:
         raise LaunchError(f"{what}: {os.strerror(err)}")
 
 
-def _mount(source: str | None, target: str, flags: int) -> None:
+def _mount(
+    source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None
+) -> None:
     src = source.encode() if source is not None else None
+    kind = fstype.encode() if fstype is not None else None
+    options = data.encode() if data is not None else None
     _check(
-        _libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {source} on {target}"
+        _libc.mount(src, target.encode(), kind, ctypes.c_ulong(flags), options), f"mount {source} on {target}"
     )
 
 
@@ -80,6 +84,12 @@ def bind(source: str, target: str, read_only: bool) -> None:
         _mount(None, target, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
 
+def tmpfs(target: str, size: int) -> None:
+    """A memory file system of ``size`` bytes at ``target`` (a node's small-/dev/shm fault)."""
+    Path(target).mkdir(parents=True, exist_ok=True)
+    _mount("tmpfs", target, 0, "tmpfs", f"size={size},mode=1777")
+
+
 def join_cgroup(cgroup: str | None) -> None:
     if cgroup:
         Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
@@ -87,9 +97,13 @@ def join_cgroup(cgroup: str | None) -> None:
 
 def run(plan: dict[str, Any]) -> None:
     join_cgroup(plan.get("cgroup"))
+    join_cgroup(plan.get("cpu_cgroup"))
     enter_namespaces()
     for m in plan["mounts"]:
-        bind(m["source"], m["target"], m["read_only"])
+        if m.get("tmpfs_bytes"):
+            tmpfs(m["target"], int(m["tmpfs_bytes"]))
+        else:
+            bind(m["source"], m["target"], m["read_only"])
     bind(plan["hosts_file"], "/etc/hosts", read_only=True)
     socket.sethostname(plan["hostname"])
     if plan.get("cwd"):

@@ -28,6 +28,8 @@ class Mount:
     source: str
     target: str
     read_only: bool = False
+    tmpfs_bytes: int | None = None
+    """Mount a tmpfs of this size at ``target`` instead of binding ``source`` (a node's shm fault)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class ContainerPlan:
     hosts_file: str
     mounts: list[Mount] = field(default_factory=list)
     cgroup: str | None = None
+    cpu_cgroup: str | None = None
+    """A cgroup v1 cpu group to join as well (CPU quota of a node's cpu fault), when v2 has no cpu."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,9 +56,16 @@ class ContainerPlan:
             "hostname": self.hostname,
             "hosts_file": self.hosts_file,
             "mounts": [
-                {"source": m.source, "target": m.target, "read_only": m.read_only} for m in self.mounts
+                {
+                    "source": m.source,
+                    "target": m.target,
+                    "read_only": m.read_only,
+                    "tmpfs_bytes": m.tmpfs_bytes,
+                }
+                for m in self.mounts
             ],
             "cgroup": self.cgroup,
+            "cpu_cgroup": self.cpu_cgroup,
         }
 
 

@@ -14,7 +14,10 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from llm_testbed.podrunner import faults
 
 CGROUP_PARENT = "llmjob-podrunner"
 CGROUP_EMPTY_TIMEOUT_S = 2.0
@@ -47,6 +50,66 @@ def cgroup_base(cluster: str) -> Path | None:
     if not (base / "cgroup.kill").exists():
         return None  # kernel < 5.14: no cgroup.kill, use process groups
     return base
+
+
+@dataclass(frozen=True)
+class CpuGroups:
+    """Where the containers' CPU quotas are set (a node's cpu fault): cgroup v2 (``cpu.max`` in each
+    container's own cgroup) or, where the cpu controller is bound to cgroup v1, a v1 cpu hierarchy
+    (``cpu.cfs_quota_us`` in a group the container joins as well)."""
+
+    base: Path
+    v2: bool
+
+
+def cpu_groups(cluster: str, kill_base: Path | None) -> CpuGroups | None:
+    """The CPU groups of this cluster's containers, or None when the machine offers no cpu controller."""
+    if kill_base is not None:
+        root = cgroup2_root()
+        chain = [
+            root,
+            *[p for p in reversed(kill_base.parents) if root and p.is_relative_to(root) and p != root],
+        ]
+        for group in chain:  # enable the cpu controller down to our base (fails where v1 holds it)
+            with contextlib.suppress(OSError):
+                if group is not None:
+                    (group / "cgroup.subtree_control").write_text("+cpu")
+        with contextlib.suppress(OSError):
+            if "cpu" in (kill_base / "cgroup.controllers").read_text().split():
+                return CpuGroups(kill_base, v2=True)
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) > 3 and parts[2] == "cgroup" and "cpu" in parts[3].split(","):
+            base = Path(parts[1]) / CGROUP_PARENT / cluster
+            try:
+                base.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                return None
+            return CpuGroups(base, v2=False) if (base / "cpu.cfs_quota_us").exists() else None
+    return None
+
+
+def set_cpu(groups: CpuGroups, name: str, cores: float | None) -> Path:
+    """Create (or update) the container's CPU group with a quota of ``cores`` (None: no limit)."""
+    path = groups.base / name
+    path.mkdir(parents=True, exist_ok=True)
+    if groups.v2:
+        (path / "cpu.max").write_text(faults.cpu_max(cores))
+    else:
+        (path / "cpu.cfs_period_us").write_text(str(faults.CPU_PERIOD_US))
+        (path / "cpu.cfs_quota_us").write_text(str(faults.cpu_quota_us(cores)))
+    return path
+
+
+def remove_cpu(groups: CpuGroups | None, name: str) -> None:
+    """Remove a v1 CPU group once its processes are gone (a v2 group goes with its kill cgroup)."""
+    if groups is not None and not groups.v2:
+        with contextlib.suppress(OSError):
+            (groups.base / name).rmdir()
 
 
 def kill_cgroup(path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from llm_testbed.localcluster import marks
-from llm_testbed.podrunner import files, network, plan, process, status, volumes
+from llm_testbed.podrunner import faults, files, network, plan, process, status, volumes
 from llm_testbed.podrunner.kube import ApiError, Kube
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 20.0)
@@ -60,6 +61,7 @@ class PodRun:
     lost: bool = False
     finished: bool = False
     injected_exit: int | None = None  # set by the fake-exit-code annotation (chaos fail-pod)
+    cpu_cores: float | None = None  # the CPU quota of its node's cpu fault (None: no limit)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -106,6 +108,7 @@ class Runner:
         self.base_env = dict(base_env)
         self.shm_dir = files.shm_dir(cluster)
         self.cgroups = process.cgroup_base(cluster)
+        self.cpu = process.cpu_groups(cluster, self.cgroups)
         self.pool = network.IpPool()
         self.nodes: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
@@ -210,8 +213,10 @@ class Runner:
         self.nodes[name] = node
         if node_lost(node):
             self._lose_node(name, "lost (not ready)")
-        elif before is None or node_lost(before):
+            return
+        if before is None or node_lost(before):
             self._node_back(name)
+        self._apply_cpu_fault(name)
 
     def _lose_node(self, name: str, why: str) -> None:
         victims = [r for r in self.runs.values() if r.node == name and not r.lost]
@@ -223,6 +228,31 @@ class Runner:
             say(f"node {name} {why}: SIGKILLed the processes of {len(victims)} pod(s): "
                 f"{', '.join(r.key for r in victims)}")  # fmt: skip
         self.refresh_hosts()
+
+    def _node_faults(self, name: str) -> faults.NodeFaults:
+        try:
+            return faults.node_faults(self.nodes.get(name))
+        except plan.PlanError as exc:
+            say(f"node {name}: ignoring a fault mark: {exc}")
+            return faults.NodeFaults()
+
+    def _set_cpu(self, run: PodRun, container: str, cores: float | None) -> None:
+        if self.cpu is None:
+            return
+        try:
+            process.set_cpu(self.cpu, f"{run.uid}-{container}", cores)
+        except OSError as exc:
+            say(f"{run.key}: cannot set the CPU quota of {container}: {exc}")
+
+    def _apply_cpu_fault(self, name: str) -> None:
+        """A node's cpu fault mark changed: its running containers get the new quota at once."""
+        cores = self._node_faults(name).cpu_cores
+        for run in self.runs.values():
+            if run.node == name and not run.lost and run.cpu_cores != cores:
+                run.cpu_cores = cores
+                for c in run.containers:
+                    self._set_cpu(run, c.name, cores)
+                say(f"{run.key}: CPU quota {'none' if cores is None else f'{cores:g} cores'} (node {name})")
 
     def _node_back(self, name: str) -> None:
         """The node's kubelet is back: report what happened to its pods while it was away."""
@@ -342,6 +372,8 @@ class Runner:
         pod_dir = self._pod_dir(uid)
         try:
             plan.check_pod(pod)
+            node_faults = faults.node_faults(self.nodes.get(run.node, node))
+            run.cpu_cores = node_faults.cpu_cores
             pod_dir.mkdir(parents=True, exist_ok=True)
             hosts = pod_dir / "hosts"
             self.refresh_hosts()
@@ -353,6 +385,22 @@ class Runner:
                     programs=self.programs, volume_dirs=vols, hosts_file=str(hosts),
                     cgroup=str(cg) if cg else None,
                 )  # fmt: skip
+                # The termination message file: a host file of the pod bound where the container writes it.
+                message_file = pod_dir / f"{c.name}.termination-log"
+                message_file.touch()
+                target = str(specs[c.name].get("terminationMessagePath") or faults.TERMINATION_MESSAGE_PATH)
+                cplan = dataclasses.replace(
+                    cplan,
+                    mounts=[
+                        *faults.apply_faults(pod, specs[c.name], cplan.mounts, node_faults),
+                        plan.Mount(str(message_file), target),
+                    ],
+                    cpu_cgroup=None
+                    if self.cpu is None or self.cpu.v2
+                    else str(self.cpu.base / f"{uid}-{c.name}"),
+                )
+                if node_faults.any:
+                    say(f"{run.key}: node {run.node} faults for {c.name}: {node_faults}")
                 (pod_dir / f"{c.name}.json").write_text(json.dumps(cplan.to_json()))
         except plan.PlanError as exc:
             for c in containers:
@@ -419,6 +467,7 @@ class Runner:
                 if run.deleting or run.lost or run.uid not in self.runs:
                     return
             cg = self.cgroups / f"{run.uid}-{c.name}" if self.cgroups else None
+            self._set_cpu(run, c.name, run.cpu_cores)  # before the start: the launcher joins it
             proc = process.ContainerProcess(pod_dir / f"{c.name}.json", log, cg)
             if run.deleting or run.lost or run.uid not in self.runs:
                 return
@@ -438,6 +487,7 @@ class Runner:
             if run.injected_exit is not None:
                 code = run.injected_exit
             proc.kill_tree()  # whatever the main process left behind
+            c.message = self._termination_message(run, spec, code, log)
             c.exit_code, c.finished_at, c.ready = code, status.now(), False
             say(f"{run.key}: container {c.name} exited with code {code}")
             if run.deleting or run.lost or run.uid not in self.runs:
@@ -450,6 +500,23 @@ class Runner:
             await self.write_status(run)
             self.refresh_hosts()
             return
+
+    def _termination_message(self, run: PodRun, spec: Mapping[str, Any], code: int, log: Path) -> str:
+        """The file the container wrote at terminationMessagePath (emptied for a restart), or the log's
+        tail (FallbackToLogsOnError after a failure)."""
+        path = self._pod_dir(run.uid) / f"{spec['name']}.termination-log"
+        written = ""
+        with contextlib.suppress(OSError):
+            written = path.read_text(errors="replace")
+            path.write_text("")
+        tail = ""
+        if not written.strip() and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError" and code:
+            with contextlib.suppress(OSError), log.open("rb") as f:
+                f.seek(max(0, log.stat().st_size - 8192))
+                tail = f.read().decode(errors="replace")
+        return faults.termination_message(
+            written, str(spec.get("terminationMessagePolicy") or "File"), code, tail
+        )
 
     async def _probe(
         self, run: PodRun, c: status.ContainerState, proc: process.ContainerProcess, probe: dict[str, Any]
@@ -524,6 +591,8 @@ class Runner:
         if self.cgroups is not None:
             for c in run.containers:
                 process.kill_cgroup(self.cgroups / f"{run.uid}-{c.name}")
+        for c in run.containers:
+            process.remove_cpu(self.cpu, f"{run.uid}-{c.name}")
 
     # ------------------------------------------------------------------ DNS
     def refresh_hosts(self) -> None:
@@ -550,6 +619,13 @@ class Runner:
                     process.kill_cgroup(child)
             with contextlib.suppress(OSError):
                 self.cgroups.rmdir()
+        if self.cpu is not None and not self.cpu.v2 and self.cpu.base.is_dir():
+            for child in self.cpu.base.iterdir():
+                if child.is_dir():
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
+            with contextlib.suppress(OSError):
+                self.cpu.base.rmdir()
 
 
 async def _finish(tasks: Iterable[asyncio.Task[None]]) -> None:

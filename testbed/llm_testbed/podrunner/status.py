@@ -27,6 +27,7 @@ class ContainerState:
     waiting_message: str = ""
     pid: int | None = None
     ready: bool = False
+    message: str = ""  # the termination message of the last exit (terminationMessagePath, or log tail)
 
     @property
     def running(self) -> bool:
@@ -81,6 +82,8 @@ def _terminated(c: ContainerState) -> dict[str, Any]:
     }
     if c.exit_code > 128 and c.exit_code - 128 < signal.NSIG:
         term["signal"] = c.exit_code - 128
+    if c.message:
+        term["message"] = c.message
     return term
 
 
