@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,10 @@ from llm_testbed.localcluster import paths
 
 EXAMPLE = "deploy/examples/smoke-cpu.yaml"
 LIVE_EXAMPLE = "deploy/examples/smoke-cpu-inprocess.yaml"
+PLAIN_EXAMPLE = "deploy/examples/plain-pytorch-inprocess.yaml"
+PLAIN_SCRIPT = "examples/plain-pytorch/train.py"
+PLAIN_SAMPLES, PLAIN_SAMPLER_SEED = 4096, 1
+"""The plain script's data set size and sampler seed (its sample order, for the audit)."""
 """The same job recovering in process (failurePolicy.recovery inProcess, the live driver)."""
 CLAIM = "smoke-shared"
 DATA_SUBDIR = "data/smoke"
@@ -179,3 +184,41 @@ def spare_job(
     if health_check is not None:
         job["spec"]["healthCheck"] = health_check
     return job
+
+
+def plain_script_job(
+    name: str, namespace: str, volume: Path, *, minimum: int, maximum: int, steps: int, step_seconds: float
+) -> dict[str, Any]:
+    """deploy/examples/plain-pytorch-inprocess.yaml on the fake p5 nodes (one worker per node), its script
+    copied to the shared volume as the example's comments say; metrics where :func:`metrics_path` looks."""
+    code = volume / "code" / "plain-pytorch"
+    code.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(paths.repo_root() / PLAIN_SCRIPT, code / "train.py")
+    job = copy.deepcopy(example_job(PLAIN_EXAMPLE))
+    job["metadata"] = {"name": name, "namespace": namespace}
+    spec = job["spec"]
+    spec["args"] = ["--steps", str(steps), "--checkpoint-every", "0", "--step-seconds", str(step_seconds)]
+    spec.update(
+        minReplicas=minimum,
+        maxReplicas=maximum,
+        gpusPerNode=8,
+        nprocPerNode=1,
+        efaPerNode=0,
+        scheduling={"instanceTypes": ["p5.48xlarge"]},
+        env=[{"name": "OMP_NUM_THREADS", "value": "1"}],
+    )
+    spec["checkpointDir"] = f"/shared/{CHECKPOINT_SUBDIR}"
+    spec["failurePolicy"] = {
+        "recovery": "inProcess",
+        "nodeFailureGraceSeconds": 0,
+        "pendingTimeoutSeconds": 10,
+        "resizeCooldownSeconds": 5,
+    }
+    return job
+
+
+def plain_script_order() -> Any:
+    """The plain script's global sample order (its ElasticSampler's)."""
+    from llm_elastic.order import GlobalOrder
+
+    return GlobalOrder(PLAIN_SAMPLES, PLAIN_SAMPLER_SEED)

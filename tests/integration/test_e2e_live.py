@@ -75,6 +75,36 @@ def test_lost_node_survivor_keeps_its_process_and_the_replacement_gets_state_fro
     print(f"lost node -> first step of the survivor: {resumed_after:.2f} s; {result.summary()}")
 
 
+def test_a_users_own_script_survives_a_lost_node_in_process(train: Training) -> None:
+    """deploy/examples/plain-pytorch-inprocess.yaml: a plain PyTorch script (its own model, data, loop and
+    optimizer, written against llm_elastic's public API only) loses a node; the survivor keeps its process,
+    the replacement gets the state from it, and every step trained exactly its own samples."""
+    train.apply(
+        training.plain_script_job(
+            JOB, train.ns, train.volume, minimum=1, maximum=2, steps=100000, step_seconds=0.05
+        )
+    )
+    first = train.wait_steps("5 steps at world size 2", world=2, count=5)
+    pids_before = set(first[-1]["pids"])
+    node = train.worker_on(1)["spec"]["nodeName"]
+    lost_at = time.time()
+    chaos.node_not_ready(node, kube=train.cluster.kube, wait=False)
+    alone = train.wait_steps("the survivor to go on at world size 1", world=1, count=3, after=lost_at)
+    survivor_pids = {pid for r in alone for pid in (r["pids"] or [])}
+    assert survivor_pids and survivor_pids < pids_before, "the survivor's process is the same one"
+    chaos.node_ready(node, kube=train.cluster.kube)
+    back_at = time.time()
+    both = train.wait_steps("the replacement to join at world size 2", world=2, count=3, after=back_at)
+    (new_pid,) = set(both[-1]["pids"]) - survivor_pids
+    formed = events(train.cluster.pod_log(train.ns, f"{JOB}-worker-1").read_text(errors="replace"))
+    joined = [e for e in formed if e.get("event") == "formed" and e["pid"] == new_pid]
+    assert joined and isinstance(joined[0]["source"], int) and joined[0]["source"] != joined[0]["rank"]
+    result = audit(train.records(), training.plain_script_order())
+    assert result.ok, f"{result.problems}\n{train.diagnostics()}"
+    assert all(i.replayed == 0 for i in result.interruptions), result.interruptions
+    print(f"user script: lost node -> survivor's step {alone[0]['time'] - lost_at:.2f} s; {result.summary()}")
+
+
 def test_shipped_inprocess_example_trains_to_success(
     process_cluster: LocalCluster, process_namespace: str, tmp_path: Path
 ) -> None:

@@ -36,11 +36,34 @@ def _docs(path: Path) -> list[Any]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
+BYO_EXAMPLES = {"plain-pytorch-inprocess.yaml": ROOT / "examples" / "plain-pytorch" / "train.py"}
+"""Examples that run a user's own script instead of the trainer, and the script they run."""
+
+
 def example_files() -> list[Path]:
-    """Every example job (runtimes are examples too, checked through the jobs that use them)."""
-    files = [p for p in sorted(EXAMPLES.glob("*.yaml")) if not all(is_runtime(d) for d in _docs(p))]
+    """Every example job of the trainer (runtimes are examples too, checked through the jobs that use them;
+    the user-script examples have their own test)."""
+    files = [
+        p
+        for p in sorted(EXAMPLES.glob("*.yaml"))
+        if not all(is_runtime(d) for d in _docs(p)) and p.name not in BYO_EXAMPLES
+    ]
     assert files, "deploy/examples holds no example"
     return files
+
+
+@pytest.mark.parametrize("name", sorted(BYO_EXAMPLES))
+def test_a_user_script_example_runs_a_shipped_script_from_its_shared_volume_in_process(name: str) -> None:
+    """The job's worker runs the script under the in-pod supervisor, in process, from the shared volume
+    where the example's comments say to copy it (the same file as the one shipped under examples/)."""
+    manifest = load_job(EXAMPLES / name)
+    worker = worker_of(manifest)
+    assert worker.live and worker.argv, worker
+    script = worker.argv[0]
+    mount = mount_of(script, worker.shared_mounts)
+    assert mount is not None, f"{script} is not on a shared volume"
+    assert PurePosixPath(script).name == BYO_EXAMPLES[name].name and BYO_EXAMPLES[name].is_file()
+    assert worker.env["LLMJOB_RECOVERY"] == "inProcess"
 
 
 def shipped_runtimes() -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -92,8 +115,9 @@ def worker_of(manifest: dict[str, Any]) -> Worker:
         supervisor = ["python", "-m", "llm_elastic.supervise"]
         if program[: len(supervisor)] == supervisor:  # the in-pod supervisor (recovery layer 2)
             program = program[program.index("--") + 1 :]
-        assert program[: len(TRAINER_ENTRY)] == TRAINER_ENTRY, f"not the trainer: {program}"
-        argv = program[len(TRAINER_ENTRY) :]
+        entry = TRAINER_ENTRY if program[: len(TRAINER_ENTRY)] == TRAINER_ENTRY else ["python"]
+        assert program[: len(entry)] == entry, f"not a python program: {program}"
+        argv = program[len(entry) :]
     else:
         assert container["command"] == ["torchrun", "--no-python"], container["command"]
         program = container["args"]
