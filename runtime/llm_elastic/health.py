@@ -41,6 +41,8 @@ TERMINATION_LOG_ENV = "LLMJOB_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 PROBE_BYTES = 4 << 20
 COMMAND_TIMEOUT = 60.0
+MIN_EXCESS_SECONDS = 0.01
+"""A member is never a straggler by less than this per step (timer noise on millisecond steps)."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,8 @@ def parse_quantity(value: Any) -> int:
 def read_policy(env: Mapping[str, str] | None = None) -> HealthPolicy:
     """The policy from ``$LLMJOB_HEALTH_CHECK`` (defaults without it); a bad value exits 2 naming it."""
     raw = (os.environ if env is None else env).get(HEALTH_ENV, "")
-    if not raw:
-        return HealthPolicy()
+    if not raw:  # not run by the operator: nobody would replace a straggler, so do not look for one
+        return HealthPolicy(stragglerWindowSteps=0)
     try:
         data = json.loads(raw)
         if not isinstance(data, dict):
@@ -254,9 +256,11 @@ class StragglerWatch:
         valid = [t for t in others if t > 0]
         if mine <= 0 or not valid or self.factor <= 0 or self.window <= 0:
             return None
-        ratio = mine / statistics.median(valid)
+        median = statistics.median(valid)
+        ratio = mine / median
         self.ratios.append(ratio)
-        self.streak = self.streak + 1 if ratio > self.factor else 0
+        slower = ratio > self.factor and mine - median > MIN_EXCESS_SECONDS
+        self.streak = self.streak + 1 if slower else 0
         if self.streak >= self.window:
             return Finding(
                 "straggler",

@@ -252,7 +252,9 @@ class Step:
             except Evicted as exc:  # leave at this step boundary, after the others summed this step with us
                 self._evicted = exc
             except EtcdError as exc:  # the store is out: training goes on; it is needed only to re-form
-                log.warning("membership unreadable (training goes on): %s", exc)
+                if not s.membership.store_out:
+                    log.warning("membership unreadable (training goes on): %s", exc)
+                s.membership.store_out = True
         stopping = s.stop.requested
         busy = s.snapshots is not None and s.snapshots.busy
         leaving = self._evicted is not None or s.unhealthy is not None

@@ -51,14 +51,16 @@ class LocalEtcd:
         """``host:port`` of the client URL."""
         return f"{self.host}:{self.client_port}"
 
-    def start(self, timeout: float = 30.0, attempts: int = 3) -> LocalEtcd:
-        """Start etcd and wait until it answers ``/health``; retries with new ports if one was taken."""
+    def start(self, timeout: float = 30.0, attempts: int = 3, port: int = 0) -> LocalEtcd:
+        """Start etcd and wait until it answers ``/health``; retries with new ports if one was taken
+        (``port``: this client port, for a fresh etcd at the same address)."""
         last = ""
-        for _ in range(attempts):
-            self.client_port, peer_port = free_port(self.host), free_port(self.host)
+        for attempt in range(attempts):
+            self.client_port = port or free_port(self.host)
+            peer_port = free_port(self.host)
             client_url = f"http://{self.host}:{self.client_port}"
             peer_url = f"http://{self.host}:{peer_port}"
-            data_dir = self.workdir / f"data-{self.client_port}"
+            data_dir = self.workdir / f"data-{self.client_port}-{attempt}-{time.monotonic_ns()}"
             argv = [
                 str(self.binary),
                 "--name=default",
@@ -110,6 +112,18 @@ class LocalEtcd:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def kill(self) -> None:
+        """SIGKILL: the store is gone (its node died)."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+
+    def start_fresh(self) -> None:
+        """An empty etcd at the same address, as the operator's Deployment brings one up behind the same
+        Service after the rendezvous pod's node was lost."""
+        self.start(port=self.client_port)
 
     def stop(self, timeout: float = 3.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; waits for the process to exit."""

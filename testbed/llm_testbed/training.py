@@ -128,6 +128,9 @@ def training_job(
         rendezvous={"backend": backend},
         scheduling={"instanceTypes": ["p5.48xlarge"]},
         env=[{"name": "OMP_NUM_THREADS", "value": "1"}],
+        # Every fake node's pods share this machine's two cores: one worker's step is slower than the
+        # others' because of its neighbours, not its node. Straggler tests set a window of their own.
+        healthCheck={"stragglerWindowSteps": 0},
     )
     spec["checkpointDir"] = f"/shared/{CHECKPOINT_SUBDIR}"
     policy: dict[str, Any] = {"nodeFailureGraceSeconds": 0, "pendingTimeoutSeconds": 10}
@@ -206,6 +209,7 @@ def plain_script_job(
         efaPerNode=0,
         scheduling={"instanceTypes": ["p5.48xlarge"]},
         env=[{"name": "OMP_NUM_THREADS", "value": "1"}],
+        healthCheck={"stragglerWindowSteps": 0},  # one machine's cores shared by every fake node
     )
     spec["checkpointDir"] = f"/shared/{CHECKPOINT_SUBDIR}"
     spec["failurePolicy"] = {

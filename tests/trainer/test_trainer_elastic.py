@@ -38,12 +38,14 @@ RDZV_CONF = (
 )
 
 
-def agent_argv(etcd: LocalEtcd, run_id: str, corpus: Path, ckpt: Path) -> list[str]:
-    trainer = train_argv(corpus, ckpt, "--steps", str(STEPS), "--checkpoint-every", str(EVERY))
+def agent_argv(
+    etcd: LocalEtcd, run_id: str, corpus: Path, ckpt: Path, steps: int = STEPS, nnodes: str = "1:3"
+) -> list[str]:
+    trainer = train_argv(corpus, ckpt, "--steps", str(steps), "--checkpoint-every", str(EVERY))
     trainer += ["--min-step-seconds", "0.3", "--seed", str(SEED)]
     return [
         TORCHRUN,
-        "--nnodes=1:3",
+        f"--nnodes={nnodes}",
         "--nproc-per-node=1",
         "--rdzv-backend=etcd-v3",
         f"--rdzv-endpoint={etcd.endpoint}",

@@ -85,6 +85,13 @@ class Membership:
         """The generation this member trains in (the session sets it): re-published after an outage."""
         self.last_step = 0
         """The job step rank 0 last recorded (re-published after an outage)."""
+        self.store_out = False
+        """Whether the last write to etcd failed (its warning is logged once per outage)."""
+        self.reset_at = -1e9
+        """When this member last found the store empty of its keys and registered again (monotonic)."""
+        self.grace = ttl + 1.0
+        """After a store reset, how long a missing member is given to register again before it counts as
+        gone (every member's lease keeper notices the fresh store within a third of the TTL)."""
 
     def register(self) -> None:
         """Put this member's key on its lease and start watching members and the generation record."""
@@ -114,6 +121,7 @@ class Membership:
             return
         _, revision = self.client.get_at(layout.generation_key(self.prefix))
         self.client.put(layout.member_key(self.prefix, self.member), self._info, lease=lease)
+        self.reset_at = time.monotonic()
         self._watch(revision)
         current = self.current
         if current is not None and current.members and current.members[0] == self.member:
@@ -131,11 +139,20 @@ class Membership:
         self.changed.clear()
         live = live_members(self.client, self.prefix)
         if self.member not in live:
-            raise Evicted(f"member {self.member} was removed from {self.prefix}")
+            self._missing_self()
+            return False  # the store had lost our keys: registered again, nothing else is known yet
         live = layout.complete_hosts(live, self.shard_size)
+        if time.monotonic() < self.reset_at + self.grace and set(live) < set(generation.members):
+            return False  # after a store reset the others may not have registered again yet
         stored, _ = read_generation(self.client, self.prefix)
         wanted = layout.select(generation, live, self.target, self.shard_size)
         return wanted != generation.members or (stored is not None and stored != generation)
+
+    def _missing_self(self) -> None:
+        """Our key is gone: evicted (the operator deletes the key, our lease lives on), unless the lease is
+        gone too (an outage longer than the TTL, or a fresh etcd): then register again."""
+        if not self.lease.renew():
+            raise Evicted(f"member {self.member} was removed from {self.prefix}")
 
     def job_step(self) -> int:
         """The job's last completed step as rank 0 recorded it (0 when none, or the store is unreadable)."""
@@ -152,7 +169,13 @@ class Membership:
         try:
             self.client.put(layout.step_key(self.prefix), str(step).encode())
         except EtcdError as exc:
-            log.warning("could not record step %d in etcd (training goes on): %s", step, exc)
+            if not self.store_out:  # once per outage
+                log.warning("etcd is out: training goes on without it (step %d): %s", step, exc)
+            self.store_out = True
+            return
+        if self.store_out:
+            log.warning("etcd answers again (step %d)", step)
+        self.store_out = False
 
     def forget_generation(self, number: int) -> None:
         """Delete what belonged to generation ``number`` (its arrivals and store)."""
@@ -179,7 +202,8 @@ class Membership:
                 raise RunFinished("the run finished")
             live = live_members(self.client, self.prefix)
             if self.member not in live:
-                raise Evicted(f"member {self.member} was removed from {self.prefix}")
+                self._missing_self()
+                continue
             live = layout.complete_hosts(live, self.shard_size)
             if self.member not in live:  # HSDP: this host misses a process; wait for it
                 self.changed.wait(0.25)

@@ -21,13 +21,19 @@ the old format is alive (at most ``lease_ttl`` after the last old agent).
 from __future__ import annotations
 
 import binascii
+import logging
+import time
 from base64 import b64decode, b64encode
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousStateError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
 from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PICKLE_PROTOCOL_BYTE = b"\x80"
 """First byte of a pickle of protocol 2 or later: marks state stored by versions before base64."""
@@ -41,12 +47,49 @@ def run_prefix(key_prefix: str, run_id: str) -> str:
 
 
 class EtcdV3RendezvousBackend(RendezvousBackend):
-    """Rendezvous state in etcd v3 with compare-and-set on the key's mod revision."""
+    """Rendezvous state in etcd v3 with compare-and-set on the key's mod revision.
 
-    def __init__(self, client: EtcdClient, run_id: str, key_prefix: str, lease: LeaseKeeper) -> None:
+    An unreachable etcd is ridden out: each call retries (backing off up to 2 s) for ``outage_timeout``
+    seconds before it raises ``RendezvousConnectionError`` (which ends torchrun's agent). torch calls the
+    backend from the agent's keep-alive and monitor only; the workers train on meanwhile. When a fresh,
+    empty etcd answers at the same address, ``get_state`` returns None and the handler carries on with a
+    fresh state: the running round needs no store, the next re-rendezvous starts a new one."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        run_id: str,
+        key_prefix: str,
+        lease: LeaseKeeper,
+        outage_timeout: float = 120.0,
+    ) -> None:
         self._client = client
         self._lease = lease
         self.key = run_prefix(key_prefix, run_id) + "state"
+        self.outage_timeout = outage_timeout
+
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, retried while etcd is unreachable, for at most ``outage_timeout`` seconds."""
+        deadline = time.monotonic() + self.outage_timeout
+        delay = 0.2
+        warned = False
+        while True:
+            try:
+                result = call()
+            except EtcdError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise RendezvousConnectionError(
+                        f"{exc} (etcd unreachable for {self.outage_timeout:g}s: giving up)"
+                    ) from exc
+                if not warned:
+                    log.warning("etcd-v3 rendezvous: %s; retrying for up to %gs", exc, self.outage_timeout)
+                    warned = True
+                time.sleep(delay)  # back-off between attempts at an unreachable server
+                delay = min(2.0, delay * 2)
+                continue
+            if warned:
+                log.warning("etcd-v3 rendezvous: %s answers again", what)
+            return result
 
     @property
     def name(self) -> str:
@@ -55,10 +98,7 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
 
     def get_state(self) -> tuple[bytes, Token] | None:
         """See base class."""
-        try:
-            kv = self._client.get(self.key)
-        except EtcdError as exc:
-            raise RendezvousConnectionError(str(exc)) from exc
+        kv = self._retrying(f"get {self.key}", lambda: self._client.get(self.key))
         if kv is None:
             return None
         return self._decode(kv.value), kv.mod_revision
@@ -70,10 +110,10 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
             # A token we did not issue: never overwrite, report what is there.
             current = self.get_state()
             return None if current is None else (current[0], current[1], False)
-        try:
-            ok, kv = self._client.swap(self.key, b64encode(state), expected, lease=self._lease.lease_id)
-        except EtcdError as exc:
-            raise RendezvousConnectionError(str(exc)) from exc
+        ok, kv = self._retrying(
+            f"set {self.key}",
+            lambda: self._client.swap(self.key, b64encode(state), expected, lease=self._lease.lease_id),
+        )
         if kv is None:
             # Our token named a state that no longer exists (expired): the caller starts from scratch.
             return None

@@ -298,6 +298,8 @@ class LeaseKeeper:
         """Called (from the keeper's thread) with a lease that replaced an expired one: the keys that were
         attached to the old one are gone (an etcd outage longer than the TTL, or a fresh etcd)."""
         self._lock = threading.Lock()
+        self._renewing = threading.Lock()
+        """One renewal at a time (the keeper's thread, or a member that found its key gone)."""
         self._lease: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -318,22 +320,28 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stop.wait(self._ttl / 3) and not self._client.closed:
-            with self._lock:
-                lease = self._lease
-            if lease is None:
-                continue
             try:
-                if self._client.refresh_lease(lease) <= 0:
-                    log.warning("etcd lease %x expired; granting a new one", lease)
-                    with self._lock:
-                        self._lease = self._client.grant_lease(self._ttl)
-                        fresh = self._lease
-                    if self.on_new_lease is not None:
-                        self.on_new_lease(fresh)
+                self.renew()
             except EtcdError as exc:
-                log.warning("could not refresh etcd lease %x: %s", lease, exc)
+                log.warning("could not refresh etcd lease: %s", exc)
             except Exception:  # a callback's failure must not end the keeper
                 log.exception("re-registering after a new etcd lease failed")
+
+    def renew(self) -> bool:
+        """Refresh the lease now; when it is gone (expired, or a fresh etcd), grant a new one and tell
+        ``on_new_lease``. Returns True when the lease was replaced. Raises ``EtcdError`` when etcd is out."""
+        with self._renewing:
+            with self._lock:
+                lease = self._lease
+            if lease is None or self._client.refresh_lease(lease) > 0:
+                return False
+            log.warning("etcd lease %x expired; granting a new one", lease)
+            with self._lock:
+                self._lease = self._client.grant_lease(self._ttl)
+                fresh = self._lease
+            if self.on_new_lease is not None:
+                self.on_new_lease(fresh)
+            return True
 
     def close(self, revoke: bool = False) -> None:
         """Stop refreshing; with ``revoke`` also delete every key attached to the lease now."""

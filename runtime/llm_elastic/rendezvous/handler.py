@@ -50,6 +50,9 @@ class EtcdRendezvousConfig:
     """Seconds one etcd call may take (also bounds the reachability check at start)."""
     store_timeout: float = 300.0
     """Seconds the c10d store's ``get``/``wait`` block before failing."""
+    store_outage_timeout: float = 120.0
+    """Seconds the agent rides out an unreachable etcd (its keep-alive and monitor retry) before it gives
+    up; the workers train on meanwhile. A fresh etcd at the same address counts as back."""
 
     @classmethod
     def from_params(cls, params: RendezvousParameters) -> EtcdRendezvousConfig:
@@ -62,6 +65,7 @@ class EtcdRendezvousConfig:
             lease_ttl=int(_positive(params, "lease_ttl", cls.lease_ttl, minimum=2)),
             request_timeout=_positive(params, "request_timeout", cls.request_timeout),
             store_timeout=_positive(params, "store_timeout", cls.store_timeout),
+            store_outage_timeout=_positive(params, "store_outage_timeout", cls.store_outage_timeout),
         )
 
 
@@ -101,7 +105,9 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
         ) from exc
     lease = LeaseKeeper(client, config.lease_ttl)
     prefix = run_prefix(config.key_prefix, params.run_id)
-    backend = EtcdV3RendezvousBackend(client, params.run_id, config.key_prefix, lease)
+    backend = EtcdV3RendezvousBackend(
+        client, params.run_id, config.key_prefix, lease, outage_timeout=config.store_outage_timeout
+    )
     store = EtcdV3Store(client, prefix + "store/", lease, timeout=timedelta(seconds=config.store_timeout))
     if os.environ.setdefault(SHARED_STORE_OPT_OUT, "1") != "1":
         log.warning("%s is not 1: a lost rank-0 node can leave the next round hanging", SHARED_STORE_OPT_OUT)
