@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from llm_trainer.distributed import choose_parallel, gradient_sync
 from llm_trainer.model import Transformer
 
 log = logging.getLogger(__name__)
+
+RAISE_AT_STEP_ENV = "LLM_TRAINER_FAULT_RAISE_AT_STEP"
+"""Fault injection for tests: a bug in the step (``ValueError``) when step N starts, in this process only
+(a local failure, not a lost peer: recovery layer 2 restarts the process)."""
 
 
 class DataIdentity:
@@ -197,6 +202,8 @@ class Trainer:
         cfg = self.cfg
         tokens_in_step = cfg.global_batch * cfg.seq_len
         started = time.monotonic()
+        if os.environ.get(RAISE_AT_STEP_ENV) == str(step.index + 1):
+            raise ValueError(f"{RAISE_AT_STEP_ENV}: a bug in step {step.index + 1}")
         batch = self.batch(step.index, step.rank, step.world_size)
         model, optimizer, device = step.model, step.optimizer, step.device
         # Mean over the whole global batch whatever the world size and accumulation.
