@@ -22,6 +22,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     p.add_argument(
+        "--recovery",
+        choices=["inProcess", "restart"],
+        default="inProcess",
+        help="the job's failurePolicy.recovery (default inProcess, the fastest path; restart: torchrun)",
+    )
+    p.add_argument(
         "--fake-nodes",
         action="store_true",
         help="the operator-only story on fake nodes whose pods run nothing (reaction times, shrink, grow)",

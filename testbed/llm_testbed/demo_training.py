@@ -2,9 +2,10 @@
 
 A local cluster whose pods run as processes (the pod runner) with 3 fake p5.48xlarge nodes; the operator
 started as users start it; the shipped CPU smoke job (tiny model, etcd-v3 rendezvous pod, shared volume) at
-min 2 / max 3. It trains at world size 3, one node is lost (NotReady: its processes die at once), the
-survivors resume at 2 from the newest checkpoint, the node returns and the job grows back to 3. The closing
-line says what the failure cost, from the trainer's own step log (``llm_elastic.accounting``).
+min 2 / max 3 with recovery in process (``--recovery restart``: torchrun and checkpoints). It trains at
+world size 3, one node is lost (NotReady: its processes die at once), the survivors go on at 2 in the same
+processes (restart: resume from the newest checkpoint), the node returns and the job grows back to 3. The
+closing lines say what the failure cost, from the trainer's own step log (``llm_elastic.accounting``).
 """
 
 from __future__ import annotations
@@ -117,8 +118,14 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
 
     tl = Timeline()
     progress = Progress(cluster, tl)
-    job = training.training_job(JOB, NAMESPACE, minimum=2, maximum=3, steps=100000, checkpoint_every=10)
-    print(f">> 4/6 apply LLMTrainingJob {JOB}: tiny Llama, min 2, max 3, etcd-v3, checkpoint every 10 steps")
+    recovery = getattr(args, "recovery", "inProcess")
+    job = training.training_job(
+        JOB, NAMESPACE, minimum=2, maximum=3, steps=100000, checkpoint_every=10, recovery=recovery
+    )
+    print(
+        f">> 4/6 apply LLMTrainingJob {JOB}: tiny Llama, min 2, max 3, etcd-v3, recovery {recovery}, "
+        "checkpoint every 10 steps"
+    )
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
     tl.mark("job applied")
     first = progress.steps_at("the first steps at world size 3", 3, 1, 0.0)
@@ -134,10 +141,15 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
     chaos.node_not_ready(node, kube=kube, wait=False)
     t_lost = tl.mark(f"node {node} lost", f"last step {before['step']}")
     resumed = progress.steps_at("the survivors to resume at world size 2", 2, 1, before["time"])
-    tl.mark(
-        "survivors resumed at world size 2",
-        f"{time.monotonic() - t_lost:.1f}s; resumed from checkpoint step {resumed['resumed_from']}",
-    )
+    if recovery == "inProcess":
+        same = set(resumed.get("pids") or []) <= set(before.get("pids") or [])
+        how = f"same processes {sorted(resumed.get('pids') or [])}" if same else "new processes"
+        tl.mark("survivors went on at world size 2", f"{time.monotonic() - t_lost:.1f}s; {how}")
+    else:
+        tl.mark(
+            "survivors resumed at world size 2",
+            f"{time.monotonic() - t_lost:.1f}s; resumed from checkpoint step {resumed['resumed_from']}",
+        )
     progress.steps_at("10 steps at world size 2", 2, 10, before["time"])
     chaos.node_ready(node, kube=kube)
     back = progress.records()[-1]
