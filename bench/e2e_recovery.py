@@ -9,11 +9,15 @@ the node back, and waits for the first step at world size 2 again. Printed per r
 - replacement → full size: replacement pod created → first step at world size 2;
 - steps replayed per loss (from the trainer's own step log, ``llm_elastic.accounting``).
 
-Both recovery modes run one after the other in one invocation, on the same cluster (side by side):
-``restart`` (torchrun, checkpoints) and ``inProcess`` (the runtime library: survivors keep their processes,
-the operator evicts the lost worker's members, the replacement takes the state from the survivor).
+The variants run one after the other in one invocation, on the same cluster (side by side):
+``restart`` (the trainer under torchrun, checkpoints), ``inProcess`` (the trainer on the runtime library:
+survivors keep their processes, the operator evicts the lost worker's members, the replacement takes the
+state from the survivor), ``plain`` (examples/plain-pytorch/train.py, a user's own script on the same
+runtime, in process) and ``spare`` (the trainer in process with ``spareReplicas: 1``: a warm spare is
+promoted at the next step boundary). A third fake node holds the spare; the others leave it idle.
+A fourth figure per variant: node lost -> first step at full size again.
 
-    python bench/e2e_recovery.py --rounds 10 [--recovery restart,inProcess] [--backend etcd-v3|c10d] [--keep]
+    python bench/e2e_recovery.py --rounds 10 [--recovery restart,inProcess,plain,spare] [--keep]
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class Figures:
 
     mode: str
     lost_s: list[float] = field(default_factory=list)
+    full_s: list[float] = field(default_factory=list)
     join_s: list[float] = field(default_factory=list)
     start_s: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -79,16 +84,16 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
     # The previous mode's workers write a last record when they stop: wait for them before clearing.
     wait("the previous job's pods to be gone", lambda: not kube.items("pods", namespace=NS) or None)
     subprocess.run(["rm", "-rf", str(volume / training.CHECKPOINT_SUBDIR)], check=True)
-    job = training.training_job(
-        JOB,
-        NS,
-        minimum=1,
-        maximum=2,
-        steps=10**6,
-        backend=backend,
-        failure_policy={"maxRestarts": 1000},  # each round is ~3 restarts: loss, shrink, grow-back
-        recovery=mode,
-    )
+    budget = {"maxRestarts": 1000}  # each round is ~3 restarts: loss, shrink, grow-back
+    if mode == "plain":
+        job = training.plain_script_job(JOB, NS, volume, minimum=1, maximum=2, steps=10**6, step_seconds=0.05)
+        job["spec"]["failurePolicy"].update(budget)
+    elif mode == "spare":
+        job = training.spare_job(JOB, NS, replicas=2, spares=1, steps=10**6, failure_policy=budget)
+    else:
+        job = training.training_job(
+            JOB, NS, minimum=1, maximum=2, steps=10**6, backend=backend, failure_policy=budget, recovery=mode
+        )
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
     out = Figures(mode)
 
@@ -102,36 +107,41 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
     )
     print(f"\n{mode}\n{header}", flush=True)
     for rnd in range(1, rounds + 1):
+        victim_name = _victim(mode, training.records(volume))
 
-        def scheduled_victim() -> dict[str, Any] | None:
+        def scheduled_victim(name: str = victim_name) -> dict[str, Any] | None:
             pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
-            found = [p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-1"]
+            found = [p for p in pods if p["metadata"]["name"] == name]
             return found[0] if found and found[0]["spec"].get("nodeName") else None
 
-        victim = wait("worker-1 on a node", scheduled_victim)
+        victim = wait(f"{victim_name} on a node", scheduled_victim)
         node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
         t_lost = time.time()
         chaos.node_not_ready(node, kube=kube, wait=False)
-        first = wait("the survivor's first step", lambda t=t_lost: steps_after(1, t))
+        survivors_world = 2 if mode == "spare" else 1
+        first = wait("the survivors' first step", lambda t=t_lost, w=survivors_world: steps_after(w, t))
         out.lost_s.append(first["time"] - t_lost)
         chaos.node_ready(node, kube=kube)
 
-        def replacement(uid: str = old_uid) -> dict[str, Any] | None:
+        def replacement(uid: str = old_uid, name: str = victim_name) -> dict[str, Any] | None:
             found = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
             return next(
-                (
-                    p
-                    for p in found
-                    if p["metadata"]["name"] == f"{JOB}-worker-1" and p["metadata"]["uid"] != uid
-                ),
+                (p for p in found if p["metadata"]["name"] == name and p["metadata"]["uid"] != uid),
                 None,
             )
 
         wait("a replacement pod", replacement)
+        if mode == "spare":  # full size at once; the replacement becomes the next spare
+            out.full_s.append(first["time"] - t_lost)
+            wait("the replacement registered as a spare", lambda n=victim_name: _standby(cluster, NS, n))
+            print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {'(spare promoted)':>24}", flush=True)
+            wait("3 steps at full size", lambda t=first["time"]: steps_after(2, t, 3))
+            continue
         # The first replacement may never run: made while the node was down, it avoids that node for good
         # (docs/elasticity.md), so on this 2-node bed it stays Pending until the job shrinks (pending
         # timeout) and grows back with a new pod. Measured: the pod that really joined.
         full = wait("the first step at world size 2", lambda t=first["time"]: steps_after(2, t))
+        out.full_s.append(full["time"] - t_lost)
         pod = wait("the replacement pod", replacement)
         created = _epoch(pod["metadata"]["creationTimestamp"])
         out.join_s.append(full["time"] - created)
@@ -143,14 +153,31 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         )
         wait("3 steps at full size", lambda t=full["time"]: steps_after(2, t - 0.001, 3))
 
-    result = audit(training.records(volume), training.sample_order(volume))
+    order = training.plain_script_order() if mode == "plain" else training.sample_order(volume)
+    result = audit(training.records(volume), order)
     out.replayed = [i.replayed for i in result.interruptions if i.world_after < i.world_before]
     out.summary, out.ok, out.problems = result.summary(), result.ok, result.problems
     cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
     return out
 
 
+def _victim(mode: str, records: list[dict[str, Any]]) -> str:
+    """The pod to lose: worker-1; with a spare, the second training member (a spare trains nothing)."""
+    if mode != "spare":
+        return f"{JOB}-worker-1"
+    members = records[-1].get("members") or []
+    pods = sorted({str(m).rsplit(".", 1)[0] for m in members})
+    return pods[-1]
+
+
+def _standby(cluster: LocalCluster, namespace: str, pod: str) -> bool:
+    log = cluster.pod_log(namespace, pod)
+    return log.is_file() and '"event": "standby"' in log.read_text(errors="replace")
+
+
 def _row(label: str, values: list[float]) -> str:
+    if not values:
+        return f"| {label} | 0 | - | - |"
     return f"| {label} | {len(values)} | {statistics.median(values):.1f} s | {pct(values, 0.99):.1f} s |"
 
 
@@ -162,19 +189,20 @@ def main() -> int:
     parser.add_argument("--backend", default="etcd-v3", choices=["etcd-v3", "c10d"])
     parser.add_argument(
         "--recovery",
-        default="restart,inProcess",
-        help="comma-separated modes, run one after the other on the same cluster (default: both)",
+        default="restart,inProcess,plain,spare",
+        help="comma-separated variants, run one after the other on the same cluster (default: all four)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster")
     args = parser.parse_args()
     modes = [m for m in args.recovery.split(",") if m]
-    if not modes or any(m not in ("restart", "inProcess") for m in modes):
-        parser.error(f"--recovery: modes are restart and inProcess, got {args.recovery!r}")
-    if "inProcess" in modes and args.backend != "etcd-v3":
-        parser.error("--recovery inProcess needs --backend etcd-v3")
+    variants = ("restart", "inProcess", "plain", "spare")
+    if not modes or any(m not in variants for m in modes):
+        parser.error(f"--recovery: variants are {', '.join(variants)}, got {args.recovery!r}")
+    if set(modes) - {"restart"} and args.backend != "etcd-v3":
+        parser.error("--recovery inProcess, plain and spare need --backend etcd-v3")
 
     cluster = LocalCluster("llmjob-bench-e2e")
-    cluster.up(gpu_nodes=2, cpu_nodes=1, run_pods=True)
+    cluster.up(gpu_nodes=3 if "spare" in modes else 2, cpu_nodes=1, run_pods=True)
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     volume = cluster.volume_dir(PV)
     operator = start_operator(cluster.logs_dir / "bench-operator.log")
@@ -191,6 +219,7 @@ def main() -> int:
         print("| event | n | p50 | p99 (max) |\n|---|---|---|---|")
         for f in figures:
             print(_row(f"{f.mode}: node lost -> first step after resume", f.lost_s))
+            print(_row(f"{f.mode}: node lost -> first step at full size again", f.full_s))
             print(_row(f"{f.mode}: joining pod created -> first step at full size", f.join_s))
             print(_row(f"{f.mode}: joining pod's process started -> first step at full size", f.start_s))
         for f in figures:
