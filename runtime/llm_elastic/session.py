@@ -393,8 +393,9 @@ class Elastic:
         self.unhealthy: Finding | None = None
         """A failed periodic check or a straggler verdict: this member leaves at the next step boundary."""
         self.step_clock = StepClock()
-        if isinstance(self.wrap_policy, DDP) and not self.wrap_policy.compile:
-            self.wrap_policy.clock = self.step_clock
+        watching = self.mode == IN_PROCESS and self.health.enabled and self.health.stragglerWindowSteps > 0
+        if watching and isinstance(self.wrap_policy, DDP) and not self.wrap_policy.compile:
+            self.wrap_policy.clock = self.step_clock  # the first bucket's time: a comm hook, only when needed
         self._end_generation = False
         self._failed_generations = 0
         labels = (
