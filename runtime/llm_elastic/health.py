@@ -133,11 +133,11 @@ def check_checkpoint_dir(folder: Path, max_seconds: float) -> Finding | None:
             os.fsync(handle.fileno())
         probe.unlink()
     except OSError as exc:
-        return Finding("checkpoint-volume", f"{folder} is not writable ({exc.strerror or exc})")
+        return Finding("checkpoint-write", f"{folder} is not writable ({exc.strerror or exc})")
     elapsed = time.monotonic() - started
     if elapsed > max_seconds:
         return Finding(
-            "checkpoint-volume",
+            "checkpoint-write",
             f"writing 4 MiB with fsync to {folder} took {elapsed:.2f}s (max {max_seconds:g}s)",
         )
     return None
