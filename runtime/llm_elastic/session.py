@@ -52,6 +52,7 @@ import torch.distributed as dist
 from torch import nn
 
 from llm_elastic import contract as contract_mod
+from llm_elastic.abort import Watchdog
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, Contract, read_contract
 from llm_elastic.data import ElasticSampler
 from llm_elastic.errors import (
@@ -379,6 +380,7 @@ class Elastic:
         self.process_started = process_start_time()
         self._left = False
         self._standby = False
+        self._watchdog: Watchdog | None = None
         self._commit_buffer: torch.Tensor | None = None
         self.health = read_policy(env)
         snapshot_need = 0
@@ -649,6 +651,12 @@ class Elastic:
         self.pids = [int(t.item()) for t in gathered]
         job_step = self.membership.job_step()
         self._open_generation()
+        if self.device.type == "cuda":  # NCCL: a lost peer raises nothing, so abort from the watch
+            self._watchdog = Watchdog(
+                lambda: self.membership is not None and self.membership.member_gone(gen),
+                self.membership.alarm,
+                self._nccl_groups,
+            ).start()
 
         def receiving() -> None:
             self.progress.fresh = True
@@ -732,8 +740,17 @@ class Elastic:
             )
         self.step_log = StepLog(Path(cfg.step_log)) if cfg.step_log and self.rank == 0 else None
 
+    def _nccl_groups(self) -> list[Any]:
+        """Every process group of the generation (the default one and those made from it)."""
+        groups = [dist.group.WORLD]
+        groups += [g for g in dist.distributed_c10d._world.pg_map if g is not dist.group.WORLD]
+        return groups
+
     def _close_generation(self) -> None:
         """Drop the generation's groups (their connections close, so a peer blocked on us fails at once)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         self.wrap_policy.park(self.wrapped)
         self.wrapped = Wrapped(self.state.model, self.state.model, self.state.optimizers)
         self.checkpointer = None

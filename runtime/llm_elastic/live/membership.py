@@ -79,6 +79,8 @@ class Membership:
         """Whether this member waits as a spare (a full generation trains without it)."""
         self.lease = LeaseKeeper(client, ttl, self._reregister)
         self.changed = threading.Event()
+        self.alarm = threading.Event()
+        """Set with :attr:`changed` by every watch event; the NCCL watchdog waits on it (and clears it)."""
         self._watches: list[int] = []
         self._info = b""
         self.current: Generation | None = None
@@ -103,6 +105,7 @@ class Membership:
     def _watch(self, revision: int) -> None:
         def wake(_keys: list[bytes]) -> None:
             self.changed.set()
+            self.alarm.set()
 
         for watch_id in self._watches:
             self.client.cancel_watch(watch_id)
@@ -147,6 +150,14 @@ class Membership:
         stored, _ = read_generation(self.client, self.prefix)
         wanted = layout.select(generation, live, self.target, self.shard_size)
         return wanted != generation.members or (stored is not None and stored != generation)
+
+    def member_gone(self, generation: Generation) -> bool:
+        """Whether a member of ``generation`` left the membership (one read; does not clear the flags).
+        Right after a store reset, members that have not registered again yet do not count."""
+        live = set(live_members(self.client, self.prefix))
+        if time.monotonic() < self.reset_at + self.grace or self.member not in live:
+            return False
+        return not live.issuperset(generation.members)
 
     def _missing_self(self) -> None:
         """Our key is gone: evicted (the operator deletes the key, our lease lives on), unless the lease is
