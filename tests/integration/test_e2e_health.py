@@ -85,3 +85,32 @@ def test_a_node_that_fails_preflight_is_recorded_and_never_used(train: Training)
         "get", "events", "-n", train.ns, "-o", "jsonpath={.items[*].reason}"
     ).stdout
     assert "NodeUnhealthy" in reasons, reasons
+
+
+def test_a_throttled_node_is_found_a_straggler_and_replaced(train: Training) -> None:
+    kube = train.cluster.kube
+    spare_node = chaos.add_node(kind="gpu", kube=kube)
+    job = training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=100000, recovery="inProcess")
+    job["spec"]["healthCheck"] = {"stragglerWindowSteps": 10, "stragglerFactor": 1.5}
+    job["spec"]["scheduling"]["nodeSelector"] = {}
+    train.apply(job)
+    train.wait_steps("5 steps at world size 2", world=2, count=5)
+    slow = next(
+        p["spec"]["nodeName"]
+        for p in train.workers()
+        if p["metadata"]["name"] == f"{JOB}-worker-1" and p["spec"].get("nodeName") != spare_node
+    )
+    chaos.node_fault(slow, "cpu", "0.05", kube=kube)  # a real CPU quota on the node's running containers
+
+    def recorded() -> list[dict[str, object]] | None:
+        nodes = train.status().get("unhealthyNodes") or []
+        return [n for n in nodes if n.get("node") == slow] or None
+
+    (entry,) = wait_for(recorded, 300, f"{slow} found a straggler", interval=0.5)
+    assert entry["check"] == "straggler", entry
+    conditions = {c["type"]: c for c in train.status().get("conditions") or []}
+    assert "Straggler" in conditions, conditions
+    back_at = time.time()
+    train.wait_steps("full size again without the slow node", world=2, count=3, after=back_at)
+    placed = {p["spec"].get("nodeName") for p in train.workers() if p["status"].get("phase") == "Running"}
+    assert slow not in placed, placed
