@@ -92,7 +92,6 @@ def test_a_throttled_node_is_found_a_straggler_and_replaced(train: Training) -> 
     spare_node = chaos.add_node(kind="gpu", kube=kube)
     job = training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=100000, recovery="inProcess")
     job["spec"]["healthCheck"] = {"stragglerWindowSteps": 10, "stragglerFactor": 1.5}
-    job["spec"]["scheduling"]["nodeSelector"] = {}
     train.apply(job)
     train.wait_steps("5 steps at world size 2", world=2, count=5)
     slow = next(
