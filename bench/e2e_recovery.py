@@ -116,10 +116,25 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
 
         victim = wait(f"{victim_name} on a node", scheduled_victim)
         node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
+        at_loss = _generation(training.records(volume)[-1])
         t_lost = time.time()
         chaos.node_not_ready(node, kube=kube, wait=False)
-        survivors_world = 2 if mode == "spare" else 1
-        first = wait("the survivors' first step", lambda t=t_lost, w=survivors_world: steps_after(w, t))
+
+        def after(
+            world: int | None, t: float = t_lost, g: tuple[Any, Any] = at_loss
+        ) -> dict[str, Any] | None:
+            """The first step of a later generation (or restart) after the loss, at ``world`` if given: a
+            step the survivors finish in the old generation right after the loss does not count."""
+            return next(
+                (
+                    r
+                    for r in training.records(volume)
+                    if r["time"] > t and _generation(r) != g and (world is None or r["world_size"] == world)
+                ),
+                None,
+            )
+
+        first = wait("the survivors' first step", lambda: after(None))
         out.lost_s.append(first["time"] - t_lost)
         chaos.node_ready(node, kube=kube)
 
@@ -132,7 +147,7 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
 
         wait("a replacement pod", replacement)
         if mode == "spare":  # full size at once; the replacement becomes the next spare
-            out.full_s.append(first["time"] - t_lost)
+            out.full_s.append(wait("full size", lambda: after(2))["time"] - t_lost)
             wait("the replacement registered as a spare", lambda n=victim_name: _standby(cluster, NS, n))
             print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {'(spare promoted)':>24}", flush=True)
             wait("3 steps at full size", lambda t=first["time"]: steps_after(2, t, 3))
@@ -140,7 +155,7 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         # The first replacement may never run: made while the node was down, it avoids that node for good
         # (docs/elasticity.md), so on this 2-node bed it stays Pending until the job shrinks (pending
         # timeout) and grows back with a new pod. Measured: the pod that really joined.
-        full = wait("the first step at world size 2", lambda t=first["time"]: steps_after(2, t))
+        full = wait("the first step at full size", lambda: after(2))
         out.full_s.append(full["time"] - t_lost)
         pod = wait("the replacement pod", replacement)
         created = _epoch(pod["metadata"]["creationTimestamp"])
@@ -159,6 +174,11 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
     out.summary, out.ok, out.problems = result.summary(), result.ok, result.problems
     cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
     return out
+
+
+def _generation(record: dict[str, Any]) -> tuple[Any, Any]:
+    """What changes at every recovery: the generation (in process) or the restart count (torchrun)."""
+    return record.get("generation"), record.get("restart")
 
 
 def _victim(mode: str, records: list[dict[str, Any]]) -> str:

@@ -56,7 +56,11 @@ def manifest_files(folder: str) -> list[Path]:
 @pytest.mark.parametrize("path", manifest_files("examples"), ids=lambda p: p.name)
 def test_example_jobs_are_valid(cluster: LocalCluster, namespace: str, path: Path) -> None:
     objects = in_namespace(path)
-    assert {o["kind"] for o in objects} <= {"LLMTrainingJob", "LLMTrainingRuntime", "ClusterLLMTrainingRuntime"}
+    assert {o["kind"] for o in objects} <= {
+        "LLMTrainingJob",
+        "LLMTrainingRuntime",
+        "ClusterLLMTrainingRuntime",
+    }
     dry_run(cluster, objects, namespace)
 
 

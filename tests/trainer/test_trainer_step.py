@@ -148,7 +148,9 @@ def test_a_step_reads_its_values_back_in_one_transfer(
     with reads:
         assert trainer.train() == 0
     assert reads.reads == 0
-    assert transfers == [4, 4, 4]  # loss, membership changed, stopping, snapshot busy: one per step
+    # One transfer per step: the loss, the flags (membership changed, stopping, snapshot busy) and each
+    # member's compute time (one member here).
+    assert transfers == [5, 5, 5]
     records = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in records] == [1, 2, 3]
 
