@@ -191,7 +191,12 @@ def _victim(mode: str, records: list[dict[str, Any]]) -> str:
 
 
 def _standby(cluster: LocalCluster, namespace: str, pod: str) -> bool:
-    log = cluster.pod_log(namespace, pod)
+    from llm_testbed.localcluster.errors import LocalClusterError
+
+    try:
+        log = cluster.pod_log(namespace, pod)
+    except LocalClusterError:  # the replacement pod is not there yet
+        return False
     return log.is_file() and '"event": "standby"' in log.read_text(errors="replace")
 
 
