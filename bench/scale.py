@@ -50,7 +50,7 @@ from llm_testbed import audit
 from llm_testbed.localcluster import chaos, nodes, ports, tools
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl
-from llm_testbed.localcluster.waiting import poll
+from llm_testbed.localcluster.waiting import WaitTimeout, poll
 
 NS = "bench"
 OP_NS = "llmjob-system"
@@ -404,7 +404,7 @@ def requests_of(tail: audit.AuditTail, per: float) -> dict[str, Any]:
     }
 
 
-def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int) -> dict[str, float]:
+def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: float) -> dict[str, float]:
     docs = [
         job_doc(f"tp-{i}", per_job, per_job, gpusPerNode=0, rendezvous={"endpoint": "etcd.bench:2379"})
         for i in range(jobs)
@@ -427,14 +427,18 @@ def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int) -> dict[st
         with rec.lock:
             return sum(1 for n in rec.running_at if n.startswith("tp-")) >= jobs
 
-    poll(all_running, timeout=1800, what="all jobs Running", interval=1.0)
+    with contextlib.suppress(WaitTimeout):  # record how far it got rather than nothing
+        poll(all_running, timeout=limit, what="all jobs Running", interval=1.0)
     with rec.lock:
         running = [t for n, t in rec.running_at.items() if n.startswith("tp-")]
+        phases = collections.Counter(p for n, p in rec.phase.items() if n.startswith("tp-"))
     return {
         "apply_s": t_apply,
         "first_pod_s": min(created) - start,
         "all_pods_s": max(created) - start,
-        "all_running_s": max(running) - start,
+        "all_running_s": max(running) - start if len(running) >= jobs else float("nan"),
+        "jobs_running": len(running),
+        "phases_now": dict(phases),
     }
 
 
@@ -495,6 +499,7 @@ def main() -> int:
     parser.add_argument("--resizes", type=int, default=20)
     parser.add_argument("--node-pods", type=int, default=1000, help="pods per big fake CPU node")
     parser.add_argument("--profile", action="store_true", help="py-spy the operator ($PY_SPY or on PATH)")
+    parser.add_argument("--running-timeout", type=float, default=900.0, help="give up on all Running after")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     parser.add_argument("--name", default="llmjob-scale")
     args = parser.parse_args()
@@ -545,7 +550,7 @@ def main() -> int:
         prof = Profiler(op.pid, work / "profile-throughput.txt") if args.profile else None
         usage, rss.peak = Usage(procs), 0
         tail.mark()
-        results["throughput"] = throughput(kube, rec, args.jobs, args.workers)
+        results["throughput"] = throughput(kube, rec, args.jobs, args.workers, args.running_timeout)
         results["throughput"]["operator_peak_rss_mb"] = round(rss.peak / 2**20, 1)
         results["throughput"]["usage"] = usage.since()
         results["throughput"]["requests"] = requests_of(tail, args.jobs)

@@ -65,6 +65,9 @@ class JobController:
         """(generation, runtime resourceVersion) whose merged spec was last found valid."""
         self.runtime_problem = ""
         """The runtime problem last reported (one Event per new problem)."""
+        self.at_size = False
+        """The last pass found the job Running with every worker and spare it wants: more room on some
+        node changes nothing for it, so a node that comes back need not wake it (handlers.node_changed)."""
 
     def job_from(self, body: Mapping[str, Any]) -> LLMTrainingJob:
         """The job as last seen, with the status this controller wrote last (watches lag behind).
@@ -311,6 +314,11 @@ class JobController:
             old, new, reason = decided.resize
             metrics.RESIZES.labels("up" if new > old else "down").inc()
         status = {**decided.status, "runtime": self.runtime}
+        self.at_size = (
+            status.get("phase") == "Running"
+            and status.get("targetReplicas") == status.get("desiredReplicas")
+            and int(status.get("spareReplicas") or 0) >= job.spec.spareReplicas
+        )
         # The decision stands even if the write fails (pods were already changed): the next pass plans
         # from it and writes it again.
         self.last_status = status
