@@ -442,9 +442,12 @@ def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: flo
     }
 
 
-def reaction_trials(kube: Kubectl, rec: Recorder, count: int) -> list[float]:
-    """Fail one node of the react job's workers `count` times (NotReady, grace 0), then restore it."""
+def reaction_trials(kube: Kubectl, rec: Recorder, count: int) -> tuple[list[float], list[float]]:
+    """Fail one node of the react job's workers `count` times (NotReady, grace 0), then restore it.
+    Returns the latencies and the wall-clock times of the signals (for the audit log's split)."""
     out: list[float] = []
+    signals: list[float] = []
+    wall = time.time() - time.monotonic()
     for i in range(count):
         poll(
             lambda: rec.phase.get(REACT) == "Running" and rec.live_count(REACT) == REACT_WORKERS,
@@ -463,11 +466,25 @@ def reaction_trials(kube: Kubectl, rec: Recorder, count: int) -> list[float]:
         )
         t_new = poll(lambda t=t_signal, k=known: rec.react_added(t, k), timeout=60, what="replacement ADDED")
         out.append(t_new - t_signal)
+        signals.append(wall + t_signal)
         print(
             f"  loss #{i + 1}: {node} replaced in {1000 * (t_new - t_signal):.0f} ms (load {load()})",
             flush=True,
         )
         chaos.node_ready(node, kube=kube)
+    return out, signals
+
+
+def reaction_split(lines: list[bytes], signals: list[float]) -> dict[str, Any]:
+    """p50/max of each part of the reactions, from the operator's own requests in the audit log."""
+    writes = audit.pod_writes(lines, OP_USER, f"{REACT}-worker-")
+    parts = [p for p in (audit.split_reaction(s, writes) for s in signals) if p is not None]
+    out: dict[str, Any] = {"n": len(parts)}
+    for key in ("decide", "delete", "gap", "create"):
+        values = [1000 * p[key] for p in parts]
+        if values:
+            out[key] = {"p50_ms": round(statistics.median(values)), "max_ms": round(max(values))}
+    out["each_ms"] = [{k: round(1000 * v) for k, v in p.items()} for p in parts]
     return out
 
 
@@ -604,7 +621,7 @@ def main() -> int:
             prof = Profiler(op.pid, work / "profile-reaction.txt") if args.profile else None
             usage = Usage(procs)
             tail.mark()
-            lat = reaction_trials(kube, rec, args.failures)
+            lat, signals = reaction_trials(kube, rec, args.failures)
             poll(
                 lambda: rec.phase.get(REACT) == "Running" and rec.live_count(REACT) == REACT_WORKERS,
                 timeout=120,
@@ -616,6 +633,7 @@ def main() -> int:
                 "p50_ms": round(1000 * statistics.median(lat)),
                 "p99_ms": round(1000 * percentile(lat, 0.99)),
                 "max_ms": round(1000 * max(lat)),
+                "split": reaction_split(tail.since_mark(), signals),
                 "requests": requests_of(tail, len(lat)),
                 "usage": usage.since(),
                 "load": load(),
@@ -650,6 +668,8 @@ def main() -> int:
             round(cluster.audit_log.stat().st_size / 2**20, 1) if cluster.audit_log.exists() else 0
         )
     finally:
+        if cluster.audit_log.exists():
+            shutil.copy(cluster.audit_log, work / "audit.log")
         rss.done.set()
         rec.stop.set()
         op.terminate()

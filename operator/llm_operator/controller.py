@@ -65,6 +65,7 @@ class JobController:
         """(generation, runtime resourceVersion) whose merged spec was last found valid."""
         self.runtime_problem = ""
         """The runtime problem last reported (one Event per new problem)."""
+        self._probe_timeout: tuple[Any, int] | None = None
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants: more room on some
         node changes nothing for it, so a node that comes back need not wake it (handlers.node_changed)."""
@@ -202,7 +203,7 @@ class JobController:
             interval = PROBE_IDLE_SECONDS
             try:
                 runnable = self.runnable(body)
-                timeout = self.job_from(body).spec.failurePolicy.progressTimeoutSeconds if runnable else 0
+                timeout = self.progress_timeout(body) if runnable else 0
                 every = [probe_interval(timeout)] if timeout > 0 else []
                 if self.settings.progress_seconds > 0 and runnable:
                     every.append(self.settings.progress_seconds / 2)
@@ -219,6 +220,14 @@ class JobController:
             except Exception as exc:  # never let the prober die silently: the pass would see stale data
                 logger.warning(f"progress probe of {self.namespace}/{self.name} failed: {exc}")
             await asyncio.sleep(interval)
+
+    def progress_timeout(self, body: kopf.Body) -> int:
+        """failurePolicy.progressTimeoutSeconds of the job as it runs (runtime merged), validated once per
+        spec generation and runtime copy: the prober asks every few seconds (bench/scale.py)."""
+        key = ((body.get("metadata") or {}).get("generation"), self.runtime_checked if self.runtime else None)
+        if self._probe_timeout is None or self._probe_timeout[0] != key:
+            self._probe_timeout = (key, self.job_from(body).spec.failurePolicy.progressTimeoutSeconds)
+        return self._probe_timeout[1]
 
     async def _loop(
         self,

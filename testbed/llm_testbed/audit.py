@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,50 @@ class AuditTail:
             data = f.read()
         end = data.rfind(b"\n") + 1  # a half-written last line stays for the next read
         return data[:end].splitlines()
+
+
+def parse_time(stamp: str) -> float:
+    """An audit timestamp (RFC 3339 with microseconds, ``Z``) as epoch seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def pod_writes(lines: Iterable[str | bytes], user: str, prefix: str) -> list[tuple[str, str, float, float]]:
+    """The ``user``'s completed deletes and creates of pods named ``prefix*``: (verb, name, received,
+    completed) in epoch seconds, in the order they were received."""
+    out = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        ref = entry.get("objectRef") or {}
+        if (
+            entry.get("stage") != "ResponseComplete"
+            or (entry.get("user") or {}).get("username") != user
+            or entry.get("verb") not in ("delete", "create")
+            or ref.get("resource") != "pods"
+            or ref.get("subresource")
+            or not str(ref.get("name") or "").startswith(prefix)
+        ):
+            continue
+        received = parse_time(entry["requestReceivedTimestamp"])
+        out.append((entry["verb"], ref["name"], received, parse_time(entry["stageTimestamp"])))
+    return sorted(out, key=lambda w: w[2])
+
+
+def split_reaction(signal: float, writes: list[tuple[str, str, float, float]]) -> dict[str, float] | None:
+    """Where one reaction's time went: signal (epoch s, when the node event reached the watcher) ->
+    the operator's delete arrives at the apiserver (``decide``) -> answered (``delete``) -> its create
+    arrives (``gap``) -> answered (``create``). None when the writes after ``signal`` are incomplete."""
+    delete = next((w for w in writes if w[0] == "delete" and w[2] >= signal - 0.05), None)
+    if delete is None:
+        return None
+    create = next((w for w in writes if w[0] == "create" and w[2] >= delete[2]), None)
+    if create is None:
+        return None
+    return {
+        "decide": delete[2] - signal,
+        "delete": delete[3] - delete[2],
+        "gap": create[2] - delete[3],
+        "create": create[3] - create[2],
+    }

@@ -74,3 +74,32 @@ def test_kwokctl_gets_the_audit_policy_only_when_asked() -> None:
     assert "kubeAuditPolicy" not in plain["options"]
     audited = kwokconfig.kwokctl_configuration(kwokconfig.KwokctlSettings(audit_policy="/tmp/policy.yaml"))
     assert audited["options"]["kubeAuditPolicy"] == "/tmp/policy.yaml"
+
+
+def test_a_reaction_splits_into_decision_delete_gap_and_create() -> None:
+    def write(verb: str, name: str, received: str, done: str) -> str:
+        doc = json.loads(entry(verb, "pods", name=name))
+        doc.update(
+            requestReceivedTimestamp=f"2026-11-24T09:00:{received}Z",
+            stageTimestamp=f"2026-11-24T09:00:{done}Z",
+        )
+        return json.dumps(doc)
+
+    lines = [
+        write("create", "react-worker-4", "30.000000", "30.010000"),  # an earlier reaction's create
+        write("delete", "react-worker-1", "40.200000", "40.250000"),
+        write("create", "react-worker-4", "40.260000", "40.300000"),
+        write("create", "tp-1-worker-0", "40.100000", "40.200000"),  # another job
+    ]
+    writes = audit.pod_writes(lines, OP, "react-worker-")
+    assert [w[0] for w in writes] == ["create", "delete", "create"]
+    signal = audit.parse_time("2026-11-24T09:00:40.000000Z")
+    split = audit.split_reaction(signal, writes)
+    assert split is not None
+    assert {k: round(v * 1000) for k, v in split.items()} == {
+        "decide": 200,
+        "delete": 50,
+        "gap": 10,
+        "create": 40,
+    }
+    assert audit.split_reaction(signal + 1, writes) is None  # no delete after it
