@@ -3,8 +3,8 @@
 Level-based: every handler only records what changed and wakes the affected job's controller;
 the controller recomputes everything from the indexes (so a restarted operator converges).
 The index and event handlers are ``async`` although they never await: kopf runs a sync handler in a
-thread pool (a hop per event and handler), which was a tenth of the operator's time at 1,000 jobs
-(docs/benchmarks.md, "1,000 jobs").
+thread pool (a hop per event and handler), about 8 % of the operator's time at 1,000 jobs x 8 workers
+(docs/benchmarks.md, "Operator at 1,000 jobs").
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def node_changed(body: kopf.Body, name: str, type: str, **kwargs: Any) -> 
 
     Those with a worker on it, always, and when the node gained room every job that is not at its size
     (it may grow). Waking all 1,000 jobs for every node event put 1,000 passes in front of the one job
-    that lost a worker (docs/benchmarks.md, "1,000 jobs"); every job still passes every 30 s.
+    that lost a worker (docs/benchmarks.md, "Operator at 1,000 jobs"); every job still passes every 30 s.
     """
     view = node_view(dict(body))
     summary: NodeHealth | None = (
