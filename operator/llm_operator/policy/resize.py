@@ -7,6 +7,7 @@ toward the minimum, are the first to go when workers stay unschedulable, and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Reasons (also event reasons and the `direction` label of llmjob_resizes_total).
@@ -37,6 +38,9 @@ class SizeInput:
     """spec.spareReplicas (0 unless inProcess; fewer when Kueue admitted less)."""
     spares_current: int | None = None
     """status.spareReplicas; None before the first pass."""
+    count_free_slots: Callable[[], int] | None = None
+    """Counts ``free_slots`` when given (instead of the field): only the grow rule needs it, and counting
+    looks at every worker of every job, so a job at its size never pays for it (bench/scale.py)."""
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,14 @@ def decide_size(s: SizeInput) -> SizeDecision:
         left = max(0, s.stuck_pending - spares)
         return SizeDecision(max(s.minimum, s.current - left), SHRUNK, spares=max(0, spares - s.stuck_pending))
     short = (s.desired - s.current) + (s.spares_desired - spares)
-    if short > 0 and s.stuck_pending == 0 and s.free_slots > 0:
+    if short <= 0 or s.stuck_pending > 0:
+        return SizeDecision(s.current, spares=spares)
+    free = s.count_free_slots() if s.count_free_slots is not None else s.free_slots
+    if free > 0:
         ready_at = (s.last_resize or 0.0) + s.cooldown
         if s.now >= ready_at:
-            target = min(s.desired, s.current + s.free_slots)  # training workers first
-            room = s.free_slots - (target - s.current)
+            target = min(s.desired, s.current + free)  # training workers first
+            room = free - (target - s.current)
             return SizeDecision(target, GROWN, spares=min(s.spares_desired, spares + room))
         return SizeDecision(s.current, recheck_at=ready_at, spares=spares)
     return SizeDecision(s.current, spares=spares)

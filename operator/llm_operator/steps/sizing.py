@@ -31,7 +31,8 @@ def resize(s: PassState) -> None:
             current=s.target or None,
             last_desired=s.job.status.desiredReplicas or None,
             stuck_pending=len(stuck),
-            free_slots=free_slots(
+            free_slots=0,
+            count_free_slots=lambda: free_slots(
                 s.job, s.nodes.values(), s.all_workers, [p for p, _ in s.verdicts], s.out.avoid_nodes
             ),
             now=s.now,

@@ -68,7 +68,8 @@ class PassState:
     job: LLMTrainingJob
     verdicts: list[Verdict]
     nodes: Mapping[str, NodeView]
-    all_workers: list[PodView]
+    all_workers: Iterable[PodView]
+    """Every job's workers (capacity); iterated only when a job could grow, so it may be a lazy view."""
     now: float
     progress: Progress | None
     """What the metrics probes saw (hang detection); None when not probed."""
@@ -122,7 +123,7 @@ class PassState:
             job=job,
             verdicts=verdicts,
             nodes=nodes,
-            all_workers=list(all_workers),
+            all_workers=all_workers,
             now=now,
             progress=progress,
             admission=admission,

@@ -107,6 +107,11 @@ class LocalCluster:
         return self.workdir / "logs"
 
     @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (written only when the cluster was created with an audit policy)."""
+        return self.logs_dir / "audit.log"
+
+    @property
     def config_path(self) -> Path:
         return kwokctl.workdir() / "configs" / f"{self.name}.yaml"
 
@@ -183,11 +188,13 @@ class LocalCluster:
         port: int = 0,
         crds_dir: Path | None = None,
         run_pods: bool = False,
+        audit_policy: Path | None = None,
     ) -> bool:
         """Start (or resume) the cluster, add the nodes if it has none, install CRDs.
 
         With ``run_pods`` the cluster's pods run for real as local processes (the local pod runner,
         started here and stopped by :meth:`down`); a cluster keeps the mode it was created with.
+        ``audit_policy``: kube-apiserver audits by this policy into :attr:`audit_log` (new clusters only).
         Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
         """
         started = time.monotonic()
@@ -205,7 +212,7 @@ class LocalCluster:
             with locked(
                 kwokctl.workdir() / ".start.lock", lambda: say("another cluster is starting; waiting")
             ):
-                self._start(port, run_pods)
+                self._start(port, run_pods, audit_policy)
             fresh = True
         if not self.kube.items("nodes"):
             self.add_nodes(nodes.cluster_nodes(gpu_nodes, cpu_nodes))
@@ -221,9 +228,10 @@ class LocalCluster:
         say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")
         return fresh
 
-    def _start(self, port: int, run_pods: bool = False) -> None:
+    def _start(self, port: int, run_pods: bool = False, audit_policy: Path | None = None) -> None:
         """Create (or resume) the cluster with kwokctl; the caller holds the start lock."""
-        settings = kwokconfig.KwokctlSettings(run_pods=run_pods)
+        audit = str(audit_policy.resolve()) if audit_policy is not None else ""
+        settings = kwokconfig.KwokctlSettings(run_pods=run_pods, audit_policy=audit)
         if not self.exists():  # a stopped cluster keeps the ports of its saved config
             if port and not ports.is_free(port):
                 raise LocalClusterError(
@@ -236,7 +244,7 @@ class LocalCluster:
                 taken=ports.claimed_ports(others),
                 fixed={"kubeApiserverPort": port} if port else None,
             )
-            settings = kwokconfig.KwokctlSettings(ports=chosen, run_pods=run_pods)
+            settings = kwokconfig.KwokctlSettings(ports=chosen, run_pods=run_pods, audit_policy=audit)
         fresh = not self.exists()
         say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
         self.config_path.parent.mkdir(parents=True, exist_ok=True)

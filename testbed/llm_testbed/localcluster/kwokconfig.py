@@ -58,6 +58,7 @@ class KwokctlSettings:
     node_monitor_grace_period_ms: int = 40000
     node_lease_duration_s: int = 40
     run_pods: bool = False  # the local pod runner acts for pods: kwok keeps only the node Stages
+    audit_policy: str = ""  # kube-apiserver audit policy file; the log goes to logs/audit.log (benchmarks)
 
 
 def stages_text() -> str:
@@ -92,6 +93,8 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
         "heartbeatFactor": 1,  # kwokctl multiplies the three timings above by 5 unless told otherwise
     }
     options.update(settings.ports)
+    if settings.audit_policy:
+        options["kubeAuditPolicy"] = settings.audit_policy
     return {
         "apiVersion": CONFIG_API,
         "kind": "KwokctlConfiguration",
