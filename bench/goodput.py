@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from e2e_recovery import wait
 from llm_elastic.accounting import audit
 from llm_operator import labels
 from llm_operator.observe import parse_time
@@ -35,18 +36,6 @@ from llm_testbed.localcluster.cluster import LocalCluster
 NS = "goodput"
 JOB = "goodput"
 PV = "goodput-shared"
-TIMEOUT = 300.0
-
-
-def wait(what: str, fn: Any, timeout: float = TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def job_for(variant: str, step_seconds: float) -> dict[str, Any]:
