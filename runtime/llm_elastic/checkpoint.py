@@ -136,7 +136,12 @@ class Checkpointer:
     """Saves and loads model + optimizer state collectively; rank 0 manages markers and retention."""
 
     def __init__(
-        self, root: Path, keep: int, rank: int, persist_group: dist.ProcessGroup | None = None
+        self,
+        root: Path,
+        keep: int,
+        rank: int,
+        persist_group: dist.ProcessGroup | None = None,
+        cache_plans: bool = True,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
@@ -154,6 +159,11 @@ class Checkpointer:
         self.persisted_step = 0
         """The newest step whose checkpoint is complete (marker written) by this checkpointer."""
         self._planner: DefaultSavePlanner | None = None
+        self.cache_plans = cache_plans
+        """DCP's save-plan caching (class-wide in torch): only where the group never changes in a process.
+        In process a joiner has no cached plan while a survivor has, and a survivor's cached plan is for
+        the old world: a save across a membership change failed, and could write a marker-complete
+        checkpoint whose metadata does not match its files (found by bench/e2e_recovery.py)."""
 
     def _prepare(self, path: Path) -> None:
         if self.rank == 0:
@@ -213,7 +223,7 @@ class Checkpointer:
         started = time.monotonic()
         self.stage.wait_copied()
         if self._planner is None:
-            self._planner = _caching_planner()
+            self._planner = _caching_planner() if self.cache_plans else DefaultSavePlanner()
         dcp_save(staged, checkpoint_id=str(path), process_group=self.persist_group, planner=self._planner)
         self._finish(step, path, meta, extras)
         self.persisted_step = step

@@ -710,7 +710,11 @@ class Elastic:
 
             persist_group = self._cpu_group() if cfg.async_checkpoint else None
             self.checkpointer = Checkpointer(
-                Path(cfg.checkpoint_dir), cfg.keep_checkpoints, self.rank, persist_group
+                Path(cfg.checkpoint_dir),
+                cfg.keep_checkpoints,
+                self.rank,
+                persist_group,
+                cache_plans=self.mode != IN_PROCESS,  # the group changes with every generation
             )
         if cfg.snapshot_every:
             from llm_elastic.snapshot.manager import Snapshotter
@@ -797,16 +801,17 @@ class Elastic:
     def _restore_collective(self) -> Progress | None:
         """Collective: the newest in-memory snapshot every rank can get, else the newest complete checkpoint
         (rank 0 picks it for all); None when neither exists."""
-        from llm_elastic.checkpoint import CheckpointInfo, latest_checkpoint, read_extras
+        from llm_elastic.checkpoint import CheckpointInfo, complete_checkpoints, read_extras
 
         cfg = self.config
-        info: CheckpointInfo | None = None
+        candidates: list[CheckpointInfo] = []
         if cfg.checkpoint_dir:
-            choice: list[CheckpointInfo | None] = [
-                latest_checkpoint(Path(cfg.checkpoint_dir)) if self.rank == 0 else None
+            choice: list[list[CheckpointInfo] | None] = [
+                complete_checkpoints(Path(cfg.checkpoint_dir))[::-1] if self.rank == 0 else None
             ]
             dist.broadcast_object_list(choice, src=0)
-            info = choice[0]
+            candidates = choice[0] or []
+        info = candidates[0] if candidates else None
         if self.snapshots is not None:
             found = self.snapshots.restore(self.state.model, self._optims(), info.step if info else 0)
             if found is not None:
@@ -822,7 +827,16 @@ class Elastic:
                 )
         if info is None or self.checkpointer is None:
             return None
-        meta = self.checkpointer.load(info, self.state.model, self._optims())
+        loaded: dict[str, Any] | None = None
+        for info in candidates:  # newest first; a checkpoint that will not load falls back to the one before
+            try:
+                loaded = self.checkpointer.load(info, self.state.model, self._optims())
+                break
+            except (KeyError, ValueError, RuntimeError) as exc:  # DCP raises on every rank alike
+                log.error("checkpoint %s does not load (%s): trying the one before", info.path, exc)
+        if loaded is None:
+            raise StateLost(f"no complete checkpoint under {cfg.checkpoint_dir} loads")
+        meta = loaded
         raw = read_extras(info)
         self._load_extras(base64.b64encode(raw).decode() if raw else None)
         self.saved_step = info.step
