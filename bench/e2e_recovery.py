@@ -117,6 +117,7 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         victim = wait(f"{victim_name} on a node", scheduled_victim)
         node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
         at_loss = _generation(training.records(volume)[-1])
+        standby_before = _standby(cluster, NS, victim_name)
         t_lost = time.time()
         chaos.node_not_ready(node, kube=kube, wait=False)
 
@@ -148,7 +149,10 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         wait("a replacement pod", replacement)
         if mode == "spare":  # full size at once; the replacement becomes the next spare
             out.full_s.append(wait("full size", lambda: after(2))["time"] - t_lost)
-            wait("the replacement registered as a spare", lambda n=victim_name: _standby(cluster, NS, n))
+            wait(
+                "the replacement registered as a spare",
+                lambda n=victim_name, b=standby_before: _standby(cluster, NS, n) > b,
+            )
             print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {'(spare promoted)':>24}", flush=True)
             wait("3 steps at full size", lambda t=first["time"]: steps_after(2, t, 3))
             continue
@@ -190,14 +194,16 @@ def _victim(mode: str, records: list[dict[str, Any]]) -> str:
     return pods[-1]
 
 
-def _standby(cluster: LocalCluster, namespace: str, pod: str) -> bool:
+def _standby(cluster: LocalCluster, namespace: str, pod: str) -> int:
+    """How many standby events the pod name's log holds (it keeps every pod of that name, so a new spare
+    is one more than before)."""
     from llm_testbed.localcluster.errors import LocalClusterError
 
     try:
         log = cluster.pod_log(namespace, pod)
     except LocalClusterError:  # the replacement pod is not there yet
-        return False
-    return log.is_file() and '"event": "standby"' in log.read_text(errors="replace")
+        return 0
+    return log.read_text(errors="replace").count('"event": "standby"') if log.is_file() else 0
 
 
 def _row(label: str, values: list[float]) -> str:
