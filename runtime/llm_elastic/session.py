@@ -31,6 +31,7 @@ operator's hang detection reads happen at the end of each step, in ``with step``
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gc
 import hashlib
 import io
@@ -133,8 +134,7 @@ class ElasticConfig:
 
     def resolved(self, contract: Contract) -> ElasticConfig:
         """Defaults that come from the environment."""
-        out = ElasticConfig(**{f: getattr(self, f) for f in self.__dataclass_fields__})
-        out.meta = dict(self.meta)
+        out = dataclasses.replace(self, meta=dict(self.meta))
         out.checkpoint_dir = self.checkpoint_dir or contract.checkpoint_dir
         out.snapshot_dir = self.snapshot_dir or contract.snapshot_dir
         if not out.snapshot_dir and out.checkpoint_dir:
@@ -379,6 +379,8 @@ class Elastic:
         self.step_seconds = 0.0
         self.process_started = process_start_time()
         self._left = False
+        self._restarts = 0
+        """Restart mode: runs of this job before this one (from the step log), for the step records."""
         self._standby = False
         self._watchdog: Watchdog | None = None
         self._commit_buffer: torch.Tensor | None = None
@@ -795,8 +797,6 @@ class Elastic:
         if self.rank == 0 and self.config.step_log:
             previous = last_record(Path(self.config.step_log))
             self._restarts = int(previous.get("restart", 0)) + 1 if previous else 0
-        else:
-            self._restarts = 0
 
     def _restore_collective(self) -> Progress | None:
         """Collective: the newest in-memory snapshot every rank can get, else the newest complete checkpoint
@@ -981,7 +981,7 @@ class Elastic:
             "loss": round(step.loss, 6) if math.isfinite(step.loss) else None,
             "world_size": self.world_size,
             "step_time": round(elapsed, 4),
-            "restart": self.progress.restarts if self.mode == IN_PROCESS else getattr(self, "_restarts", 0),
+            "restart": self.progress.restarts if self.mode == IN_PROCESS else self._restarts,
             "generation": self.generation_number,
             "resumed_from": self.resumed_from,
             "restore_source": self.restore_source,
