@@ -194,6 +194,7 @@ class Step:
         """The committed value (mean over the members unless ``mean=False``)."""
         self.peer_lost = False
         self._stopping = 0
+        self._stop_announced = False
         self._changed = False
         self._busy = False
         self._evicted: Evicted | None = None
@@ -281,6 +282,7 @@ class Step:
         total, changed_any, stopping_members, busy_any = values[:4]
         self._changed = changed_any > 0
         self._stopping = round(stopping_members)
+        self._stop_announced = stopping
         self._busy = busy_any > 0
         s.observe_compute(values[4 : 4 + world])
         self.loss = total / s.world_size if mean else total
@@ -892,7 +894,10 @@ class Elastic:
             if self.unhealthy is not None:
                 report_unhealthy(self.unhealthy)
                 self._leave_and_exit(EXIT_UNHEALTHY)
-            if self.stop.requested:
+            if self.stop.requested and step._stop_announced:
+                # Only a stop that rode this step's commit: the others know it and saved with us. A signal
+                # that came after the commit is announced in the next one (a stop of every member must
+                # find the last step saved, whatever order the signals arrive in).
                 log.info("stopped by %s at step %d; left the job", self.stop.signal_name, self.progress.step)
                 self._leave_and_exit(0)
             if step._changed:

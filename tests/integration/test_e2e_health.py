@@ -59,11 +59,14 @@ def test_a_spare_takes_over_a_lost_node_at_once(train: Training) -> None:
 
 def test_a_node_that_fails_preflight_is_recorded_and_never_used(train: Training) -> None:
     kube = train.cluster.kube
-    healthy = chaos.add_node(kind="gpu", kube=kube)
     gpu_nodes = sorted(
         n["metadata"]["name"] for n in kube.items("nodes") if n["metadata"]["name"].startswith("gpu")
     )
-    bad = next(n for n in gpu_nodes if n != healthy)
+    # The job's two workers must land on the bad node and one healthy one: any other GPU node is cordoned
+    # until the bad one is recorded, then a fresh node makes room for the replacement.
+    bad = gpu_nodes[0]
+    for other in gpu_nodes[2:]:
+        train.cluster.kubectl("cordon", other)
     chaos.node_fault(bad, "readonly-volumes", kube=kube)
     train.apply(
         training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=100000, recovery="inProcess")
@@ -75,6 +78,7 @@ def test_a_node_that_fails_preflight_is_recorded_and_never_used(train: Training)
 
     (entry,) = wait_for(recorded, 240, f"{bad} recorded unhealthy", interval=0.5)
     assert entry["check"] == "checkpoint-write" and "not writable" in str(entry["reason"]), entry
+    chaos.add_node(kind="gpu", kube=kube)
     train.wait_steps("2 workers training on healthy nodes", world=2, count=3)
     placed = {p["spec"].get("nodeName") for p in train.workers() if p["status"].get("phase") == "Running"}
     assert bad not in placed, placed
