@@ -45,6 +45,7 @@ GAUGES = (
     "step_time_seconds_count",
     "last_saved_step",
     "last_saved_timestamp_seconds",
+    "job_process_restarts",
 )
 """The trainer's gauges one scrape reads (trainer/llm_trainer/metrics.py; the runtime library keeps them)."""
 PROBES_PER_JOB = 2
@@ -80,6 +81,7 @@ def parse_sample(text: str) -> Sample | None:
         step_time_count=integer("step_time_seconds_count"),
         last_saved_step=integer("last_saved_step"),
         last_saved_timestamp=values.get("last_saved_timestamp_seconds"),
+        job_process_restarts=integer("job_process_restarts"),
     )
 
 

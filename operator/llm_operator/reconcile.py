@@ -13,6 +13,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | lost/failed workers replaced (or maxRestarts) | ``steps.failures.replace_lost`` |
 | target size: user, shrink, grow back | ``steps.sizing.resize`` |
 | restart counter and maxRestarts | ``steps.sizing.count_restart`` |
+| programs restarted in their pods count too | ``steps.sizing.count_process_restarts`` |
 | scale up/down to the target | ``steps.sizing.scale`` |
 | below minReplicas for too long | ``steps.below_min.below_min`` |
 | no training step for too long (hang) | ``steps.progress.detect_stall`` |
@@ -43,7 +44,7 @@ from llm_operator.steps.live import evict_live_members
 from llm_operator.steps.nodehealth import record_unhealthy, straggler_condition
 from llm_operator.steps.placement import observe_nodes
 from llm_operator.steps.progress import detect_stall, report_progress
-from llm_operator.steps.sizing import count_restart, resize, scale
+from llm_operator.steps.sizing import count_process_restarts, count_restart, resize, scale
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
 from llm_operator.steps.storage import checkpoint_sharing
@@ -61,6 +62,7 @@ STEPS: tuple[Step, ...] = (
     replace_lost,
     resize,
     count_restart,
+    count_process_restarts,
     scale,
     below_min,
     detect_stall,

@@ -124,6 +124,7 @@ class Exporter:
             "last_saved_step": "Step of the newest checkpoint this job saved (0: none)",
             "last_saved_timestamp_seconds": "Unix time that checkpoint was saved (0: none)",
             "process_restarts": "Times the pod's supervisor restarted this program (recovery layer 2)",
+            "job_process_restarts": "Programs of this job restarted in their pods so far (layer 2)",
             "standby": "1 while this member waits as a standby spare (a full generation trains without it)",
         }
         for name, doc in specs.items():

@@ -86,6 +86,9 @@ if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.
 log = logging.getLogger("llm_elastic")
 
 SNAPSHOT_ROOT = "/dev/shm/llm-elastic"
+FLAGS = 4
+"""Flags on a commit's all-reduce: membership changed, members stopping, a snapshot copy busy, restarted
+programs not yet counted."""
 COMM_WORDS = ("gloo", "nccl", "connection", "timed out", "timeout", "closed by peer", "abort", "socket")
 
 
@@ -267,24 +270,29 @@ class Step:
             base = base.to(s.device)
         # Flags and every member's local compute time (its own slot) ride on the step's one all-reduce.
         world = s.world_size
-        flags = s.commit_buffer(3 + world)
+        # Layout: 4 flags, then per rank its compute time, then per rank the job's layer-2 restart count as
+        # it knows it (a joiner knows 0: the maximum over the ranks is the job's).
+        flags = s.commit_buffer(FLAGS + 2 * world)
         flags.zero_()
         flags[0] = 1.0 if (changed or stopping or leaving) else 0.0
         flags[1] = 1.0 if stopping else 0.0
         flags[2] = 1.0 if busy else 0.0
-        flags[3 + s.rank] = s.local_compute_seconds(self._started)
+        flags[3] = 0.0 if s.restart_announced else 1.0
+        flags[FLAGS + s.rank] = s.local_compute_seconds(self._started)
+        flags[FLAGS + world + s.rank] = s.job_process_restarts
         extra = flags.to(s.device, non_blocking=True) if s.device.type != "cpu" else flags.clone()
         reduced = torch.cat([base.reshape(1), extra])
         dist.all_reduce(reduced)
         if s.checkpointer is not None:
             s.checkpointer.before_update()  # staging copies must have read the parameters
         values = host_values(reduced)
-        total, changed_any, stopping_members, busy_any = values[:4]
+        total, changed_any, stopping_members, busy_any, announced = values[: 1 + FLAGS]
         self._changed = changed_any > 0
         self._stopping = round(stopping_members)
         self._stop_announced = stopping
         self._busy = busy_any > 0
-        s.observe_compute(values[4 : 4 + world])
+        s.observe_compute(values[1 + FLAGS : 1 + FLAGS + world])
+        s.count_process_restarts(max(values[1 + FLAGS + world : 1 + FLAGS + 2 * world]) + announced)
         self.loss = total / s.world_size if mean else total
         self.committed = True
         return self.loss
@@ -383,6 +391,10 @@ class Elastic:
         self._left = False
         self._restarts = 0
         """Restart mode: runs of this job before this one (from the step log), for the step records."""
+        self.job_process_restarts = 0
+        """Layer-2 restarts of the job's programs so far, as the members agree on it at each commit."""
+        self.restart_announced = self.contract.process_restarts == 0
+        """This program's own restart (if it is one) was counted in a commit."""
         self._standby = False
         self._watchdog: Watchdog | None = None
         self._commit_buffer: torch.Tensor | None = None
@@ -434,6 +446,12 @@ class Elastic:
         self.step_clock.first_bucket = None
         end = first if first is not None and first >= started else time.monotonic()
         return max(0.0, end - started)
+
+    def count_process_restarts(self, total: float) -> None:
+        """The job-wide count of programs restarted in their pods, served as a gauge for the operator."""
+        self.restart_announced = True
+        self.job_process_restarts = round(total)
+        self.exporter.update(job_process_restarts=self.job_process_restarts)
 
     def observe_compute(self, times: list[float]) -> None:
         """Straggler detection: this member against the others' median."""
@@ -820,6 +838,7 @@ class Elastic:
                 meta, where, self.restore_peers = found
                 self._load_extras(meta.get("extras"))
                 self.restore_source = "memory"
+                self.job_process_restarts = int(meta.get("job_process_restarts", 0))
                 log.info("rank %d: snapshot shard from %s", self.rank, where)
                 return Progress(
                     int(meta["step"]),
@@ -843,6 +862,7 @@ class Elastic:
         self._load_extras(base64.b64encode(raw).decode() if raw else None)
         self.saved_step = info.step
         self.restore_source = "checkpoint"
+        self.job_process_restarts = int(meta.get("job_process_restarts", 0))
         restarts = int(meta.get("restarts", 0)) + (1 if self.mode == IN_PROCESS else 0)
         if self.mode == IN_PROCESS:
             log.info("every member was new: resumed from checkpoint step-%d", info.step)
@@ -919,6 +939,7 @@ class Elastic:
             "world_size": self.world_size,
             "last_loss": self.progress.last_loss if math.isfinite(self.progress.last_loss) else None,
             "restarts": self.progress.restarts,
+            "job_process_restarts": self.job_process_restarts,
         }
         if self.sampler is not None:
             out["samples_seen"] = self.progress.step * self.sampler.global_batch

@@ -11,7 +11,8 @@ replaced), 4 (no generation formed), 5 (the state is lost: only a job restart he
 unhealthy: the operator replaces the pod elsewhere). SIGTERM and SIGINT go
 to the program, and a supervisor that received one never restarts it. Each restart prints one JSON line
 ``{"event": "process-restarted", ...}`` and sets ``$LLMJOB_PROCESS_RESTARTS`` for the program (its metrics
-export it as ``llm_trainer_process_restarts``, which the operator reads).
+export it as ``llm_trainer_process_restarts``; the members add it up in ``llm_trainer_job_process_restarts``,
+which the operator reads and counts against maxRestarts).
 """
 
 from __future__ import annotations

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator.observe import format_time
+from llm_operator.policy.progress import Progress, Sample
 from llm_operator.reconcile import STEPS
 from llm_operator.steps.below_min import below_min
 from llm_operator.steps.failures import replace_lost, terminal_outcome
 from llm_operator.steps.finish import finish
-from llm_operator.steps.sizing import choose_surplus, count_restart, scale
+from llm_operator.steps.sizing import choose_surplus, count_process_restarts, count_restart, scale
 from llm_operator.steps.state import PassState
 from llm_operator.steps.suspend import suspend
 
@@ -51,6 +52,28 @@ def test_replace_lost_at_the_limit_fails_without_deleting() -> None:
     replace_lost(s)
     assert s.terminal_phase == "Failed" and s.reason == "MaxRestartsExceeded"
     assert s.out.delete == [] and not s.replacing
+
+
+def _seen(s: PassState, count: int | None) -> PassState:
+    s.progress = Progress(10, NOW, Sample(10, NOW, job_process_restarts=count), NOW)
+    return s
+
+
+def test_programs_restarted_in_their_pods_count_as_restarts_once_each() -> None:
+    s = _seen(state(status={"restarts": 1, "processRestarts": 1}, failurePolicy={"maxRestarts": 5}), 3)
+    count_process_restarts(s)
+    assert (s.restarts, s.process_restarts, s.terminal_phase) == (3, 3, None)
+    assert [e[1] for e in s.out.events] == ["ProcessRestarted"] and "2 training program" in s.out.events[0][2]
+    for count in (3, 2, None):  # the same count again, a lower one (an older checkpoint), no metric: nothing
+        again = _seen(state(status={"restarts": 3, "processRestarts": 3}), count)
+        count_process_restarts(again)
+        assert (again.restarts, again.process_restarts, again.out.events) == (3, 3, [])
+
+
+def test_programs_restarted_past_max_restarts_fail_the_job() -> None:
+    s = _seen(state(status={"restarts": 2}, failurePolicy={"maxRestarts": 2}), 1)
+    count_process_restarts(s)
+    assert s.terminal_phase == "Failed" and s.reason == "MaxRestartsExceeded"
 
 
 def test_count_restart_only_when_replacing_or_resizing() -> None:

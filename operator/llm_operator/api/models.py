@@ -410,7 +410,11 @@ class LLMTrainingJobStatus(_Model):
     runningSpares: int = 0
     """Running workers beyond targetReplicas: warm standby, promoted when a member is lost."""
     restarts: int = 0
-    """Membership changes so far (each one bumps the attempt label of new pods)."""
+    """Membership changes so far (each one bumps the attempt label of new pods), programs restarted inside
+    their pods included."""
+    processRestarts: int = 0
+    """Programs restarted inside their pods by the runtime's supervisor (recovery layer 2), as the
+    workers' metrics report them; each one counts in restarts too."""
     healthFailures: int = 0
     """Workers that failed a pre-flight health check (not restarts; more than maxRestarts fails the job)."""
     unhealthyNodes: list[UnhealthyNode] = Field(default_factory=list, max_length=64)

@@ -30,6 +30,8 @@ class Sample:
     """Steps this process completed (resets when the process starts)."""
     last_saved_step: int | None = None
     last_saved_timestamp: float | None = None
+    job_process_restarts: int | None = None
+    """Programs of the job restarted inside their pods so far (recovery layer 2; the members agree on it)."""
 
 
 @dataclass(frozen=True)

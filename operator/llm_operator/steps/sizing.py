@@ -68,6 +68,30 @@ def count_restart(s: PassState) -> None:
         s.replacing = False
 
 
+def count_process_restarts(s: PassState) -> None:
+    """Programs the runtime's supervisor restarted inside their pods (recovery layer 2) count as restarts:
+    an Event per new count, and past maxRestarts the job fails. The workers' metrics carry the job's
+    count (every member agrees on it at each step); a count below the recorded one (the job resumed from
+    an older checkpoint) changes nothing."""
+    latest = s.progress.latest if s.progress is not None else None
+    seen = latest.job_process_restarts if latest is not None else None
+    if not s.live or seen is None or seen <= s.process_restarts:
+        return
+    new, s.process_restarts = seen - s.process_restarts, seen
+    s.restarts += new
+    s.out.events.append(
+        (
+            "Warning",
+            "ProcessRestarted",
+            f"{new} training program(s) restarted inside their pods (recovery layer 2; "
+            f"{seen} so far, restart {s.restarts} of maxRestarts {s.job.spec.failurePolicy.maxRestarts})",
+        )
+    )
+    limit = s.job.spec.failurePolicy.maxRestarts
+    if s.restarts > limit:
+        s.finish("Failed", "MaxRestartsExceeded", f"restart {s.restarts} exceeds maxRestarts {limit}")
+
+
 def _free_indices(pods: Iterable[PodView], maximum: int) -> list[int]:
     taken = {p.index for p in pods}
     return [i for i in range(maximum) if i not in taken]

@@ -81,6 +81,8 @@ class PassState:
     reason: str
     message: str
     restarts: int
+    process_restarts: int
+    """Layer-2 restarts counted so far (status.processRestarts)."""
     target: int
     spares: int
     """Spare workers aimed at beside ``target`` (status.spareReplicas)."""
@@ -131,6 +133,7 @@ class PassState:
             reason=old.reason,
             message=old.message,
             restarts=old.restarts,
+            process_restarts=old.processRestarts,
             target=old.targetReplicas,
             spares=old.spareReplicas,
             health_failures=old.healthFailures,

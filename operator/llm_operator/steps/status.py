@@ -55,6 +55,7 @@ def status(s: PassState) -> None:
         "spareReplicas": s.spares,
         "runningSpares": max(0, running - s.target) if s.spares else 0,
         "restarts": s.restarts,
+        "processRestarts": s.process_restarts,
         "healthFailures": s.health_failures,
         "unhealthyNodes": s.unhealthy_nodes,
         "selector": labels.selector_string(job.metadata.name),
