@@ -5,7 +5,9 @@ CPU; on a GPU box, NCCL): ``plain`` is a hand-written DDP loop (forward, backwar
 the loss), ``elastic`` is the same loop inside ``Elastic.steps()`` (the commit's all-reduce of the loss and
 the runtime's flags, the step record, the metrics update; no checkpoints). Each variant runs in fresh
 processes, rounds alternate (plain, elastic, elastic, plain, ...) so drift on a loaded machine hits both; the
-median step time of each is printed, and the difference as a share of the plain step.
+median step time of each is printed, and the difference as a share of the plain step. Then the periodic
+health check (``spec.healthCheck.intervalSeconds``): the duration of one run of the checks a worker repeats
+(the checkpoint volume's write + fsync, /dev/shm), and its share of the default interval.
 
     python bench/runtime_overhead.py                       # tiny model and a ~1 s CPU step, 4 rounds
     python bench/runtime_overhead.py --models tiny --rounds 6
@@ -93,6 +95,30 @@ def run(variant: str, model: str, steps: int, warmup: int) -> float:
     return float(json.loads(line)["median_step_s"])
 
 
+def health_check_cost(runs: int) -> None:
+    """One periodic run of the worker's checks, timed ``runs`` times on a scratch directory."""
+    import tempfile
+
+    from llm_elastic.health import Checks, HealthPolicy
+
+    policy = HealthPolicy()
+    with tempfile.TemporaryDirectory(prefix="health-bench-") as scratch:
+        checks = Checks(policy, scratch, "/dev/shm", 64 << 20, 1)
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            finding = checks.run(periodic=True)
+            times.append(time.perf_counter() - started)
+            if finding is not None:
+                raise SystemExit(f"the health check failed on this machine: {finding.line()}")
+    median = statistics.median(times)
+    print(
+        f"\nperiodic health check (checkpoint dir write + fsync, /dev/shm 64 MiB): {median * 1e3:.1f} ms "
+        f"median of {runs} (max {max(times) * 1e3:.1f} ms); every {policy.intervalSeconds:g} s that is "
+        f"{100 * median / policy.intervalSeconds:.4f} % of wall time, in a background thread"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -107,6 +133,7 @@ def main() -> int:
         "--steps", type=int, default=0, help="timed steps per run (default: 60 tiny, 12 for 1s)"
     )
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--checks", type=int, default=20, help="timed runs of the periodic health check")
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.model_name, args.seq_len, args.batch, args.steps, args.warmup)
@@ -128,6 +155,8 @@ def main() -> int:
             flush=True,
         )
     print(f"\n{os.cpu_count()} CPUs, 2 processes, gloo; load average {os.getloadavg()[0]:.1f}")
+    if args.checks:
+        health_check_cost(args.checks)
     return 0
 
 
