@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from llm_elastic import session as session_module
-from llm_elastic.session import Step
+from llm_elastic.session import FLAGS, Step
 from llm_trainer.config import TrainConfig
 from llm_trainer.train import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -148,9 +148,9 @@ def test_a_step_reads_its_values_back_in_one_transfer(
     with reads:
         assert trainer.train() == 0
     assert reads.reads == 0
-    # One transfer per step: the loss, the flags (membership changed, stopping, snapshot busy) and each
-    # member's compute time (one member here).
-    assert transfers == [5, 5, 5]
+    # One transfer per step: the loss, the four flags (membership changed, stopping, snapshot busy, a
+    # restarted program) and per member its compute time and the job's restart count (one member here).
+    assert transfers == [1 + FLAGS + 2] * 3
     records = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in records] == [1, 2, 3]
 

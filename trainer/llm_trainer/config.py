@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llm_elastic.contract import CHECKPOINT_ENV as CHECKPOINT_DIR_ENV
+from llm_elastic.session import ElasticConfig as _RUNTIME
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,11 @@ class TrainConfig:
     """Seed of the weight init and of the global sample order."""
     checkpoint_every: int = 50
     """Save a checkpoint every N steps (0: only on SIGTERM and at the end)."""
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = _RUNTIME.keep_checkpoints
     """How many complete checkpoints to keep (older ones are deleted)."""
-    async_checkpoint: bool = True
+    async_checkpoint: bool = _RUNTIME.async_checkpoint
     """Stage checkpoints into host memory and write them in the background (training waits for the copy)."""
-    snapshot_every: int = 0
+    snapshot_every: int = _RUNTIME.snapshot_every
     """Snapshot the state into host shared memory (and a buddy node's) every N steps (0 disables)."""
     snapshot_dir: str = ""
     """Folder in host shared memory for snapshots (default: $LLMJOB_SNAPSHOT_DIR, else a folder under
@@ -173,23 +174,23 @@ class TrainConfig:
     loss_chunk_tokens: int = 2048
     """Compute the output projection and cross-entropy this many tokens at a time, so the full
     [tokens, vocab] logits never exist (0: all at once, the plain path)."""
-    metrics_port: int = 9400
+    metrics_port: int = _RUNTIME.metrics_port
     """Prometheus port base (this rank listens on port + LOCAL_RANK); 0 disables."""
-    dist_timeout: float = 300.0
+    dist_timeout: float = _RUNTIME.collective_timeout
     """Seconds a collective may block before the process group gives up (restart mode)."""
-    live_timeout: float = 30.0
+    live_timeout: float = _RUNTIME.live_collective_timeout
     """In process: seconds a collective may block before the generation is given up."""
     subgroup_timeout: float = 5.0
     """In process, hsdp on CPU: seconds a mesh-group collective may wait (a spurious timeout re-forms)."""
-    lease_ttl: int = 3
+    lease_ttl: int = _RUNTIME.lease_ttl
     """In process: seconds a silent member stays a member."""
-    form_timeout: float = 120.0
+    form_timeout: float = _RUNTIME.form_timeout
     """In process: seconds to wait for a generation to form."""
     start_when: str = ""
     """In process, warm spare: join only once this file exists (imports and model done before)."""
     step_log: str = ""
     """Rank 0's step log (default: <checkpoint-dir>/metrics.jsonl)."""
-    peer_stop_grace: float = 5.0
+    peer_stop_grace: float = _RUNTIME.peer_stop_grace
     """After a stop requested by another rank, seconds to wait for our own SIGTERM before exiting."""
     min_step_seconds: float = 0.0
     """Pad every step to at least this wall time (demos and failure tests on tiny models)."""
