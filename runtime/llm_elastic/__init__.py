@@ -2,7 +2,8 @@
 
 The public API (everything else is internal and may change):
 
-* :class:`Elastic`, :class:`ElasticConfig`, :class:`Step` -- wrap the loop (``llm_elastic.session``);
+* :class:`Elastic`, :class:`ElasticConfig`, :class:`Step` -- wrap the loop (``llm_elastic.session``;
+  the settings in ``llm_elastic.config``);
 * :class:`DDP`, :class:`HSDP`, :class:`AsIs` -- how the model is wrapped per generation
   (``llm_elastic.wrap``);
 * :class:`ElasticSampler` -- the global sample order cut per step and rank (``llm_elastic.data``);
@@ -13,6 +14,7 @@ The public API (everything else is internal and may change):
 Guide: docs/byo-training.md; reference: docs/runtime-api.md.
 """
 
+from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, Contract, read_contract
 from llm_elastic.data import ElasticSampler
 from llm_elastic.errors import (
@@ -29,7 +31,7 @@ from llm_elastic.errors import (
     StateLost,
     UsageError,
 )
-from llm_elastic.session import Elastic, ElasticConfig, Step
+from llm_elastic.session import Elastic, Step
 from llm_elastic.state import RNGState, Stateful
 from llm_elastic.wrap import DDP, HSDP, AsIs
 

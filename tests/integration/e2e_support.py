@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,11 +59,21 @@ class Training:
     def records(self) -> list[dict[str, Any]]:
         return training.records(self.volume)
 
-    def wait_steps(self, what: str, *, world: int, count: int, after: float = 0.0) -> list[dict[str, Any]]:
-        """Wait until ``count`` steps at world size ``world`` completed after wall time ``after``."""
+    def wait_steps(
+        self, what: str, *, world: int, count: int, after: float = 0.0, without: Collection[str] = ()
+    ) -> list[dict[str, Any]]:
+        """Wait until ``count`` steps at world size ``world`` completed after wall time ``after``, by
+        members none of which is in ``without`` (a lost member may still complete a step or two after
+        the loss was injected: its processes are killed when the node runner sees the node go)."""
 
         def done() -> list[dict[str, Any]] | None:
-            hits = [r for r in self.records() if r["world_size"] == world and r["time"] > after]
+            hits = [
+                r
+                for r in self.records()
+                if r["world_size"] == world
+                and r["time"] > after
+                and not set(r.get("members") or []) & set(without)
+            ]
             return hits if len(hits) >= count else None
 
         try:

@@ -45,7 +45,8 @@ def test_a_spare_takes_over_a_lost_node_at_once(train: Training) -> None:
     node = next(p["spec"]["nodeName"] for p in train.workers() if p["metadata"]["name"] == victim)
     lost_at = time.time()
     chaos.node_not_ready(node, kube=train.cluster.kube, wait=False)
-    full = train.wait_steps("full size again with the spare", world=2, count=3, after=lost_at)
+    gone = [m for m in first[-1]["members"] if _pod_of(m) == victim]
+    full = train.wait_steps("full size again with the spare", world=2, count=3, after=lost_at, without=gone)
     promoted = sorted({_pod_of(m) for m in full[-1]["members"]})
     assert promoted == sorted([survivor, spare]), promoted
     survivor_pids = set(first[-1]["pids"]) & set(full[-1]["pids"])
@@ -93,16 +94,13 @@ def test_a_node_that_fails_preflight_is_recorded_and_never_used(train: Training)
 
 def test_a_throttled_node_is_found_a_straggler_and_replaced(train: Training) -> None:
     kube = train.cluster.kube
-    spare_node = chaos.add_node(kind="gpu", kube=kube)
+    chaos.add_node(kind="gpu", kube=kube)  # room for the replacement
     job = training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=100000, recovery="inProcess")
     job["spec"]["healthCheck"] = {"stragglerWindowSteps": 10, "stragglerFactor": 1.5}
     train.apply(job)
-    train.wait_steps("5 steps at world size 2", world=2, count=5)
-    slow = next(
-        p["spec"]["nodeName"]
-        for p in train.workers()
-        if p["metadata"]["name"] == f"{JOB}-worker-1" and p["spec"].get("nodeName") != spare_node
-    )
+    first = train.wait_steps("5 steps at world size 2", world=2, count=5)
+    slow_member = [m for m in first[-1]["members"] if _pod_of(m) == f"{JOB}-worker-1"]
+    slow = next(p["spec"]["nodeName"] for p in train.workers() if p["metadata"]["name"] == f"{JOB}-worker-1")
     chaos.node_fault(slow, "cpu", "0.05", kube=kube)  # a real CPU quota on the node's running containers
 
     def recorded() -> list[dict[str, object]] | None:
@@ -114,6 +112,8 @@ def test_a_throttled_node_is_found_a_straggler_and_replaced(train: Training) -> 
     conditions = {c["type"]: c for c in train.status().get("conditions") or []}
     assert "Straggler" in conditions, conditions
     back_at = time.time()
-    train.wait_steps("full size again without the slow node", world=2, count=3, after=back_at)
+    train.wait_steps(
+        "full size again without the slow node", world=2, count=3, after=back_at, without=slow_member
+    )
     placed = {p["spec"].get("nodeName") for p in train.workers() if p["status"].get("phase") == "Running"}
     assert slow not in placed, placed
