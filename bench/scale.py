@@ -43,6 +43,7 @@ from typing import IO, Any
 
 import psutil
 import yaml
+from elasticity import job_doc, percentile  # bench/ is on sys.path when a bench script runs
 from kubernetes_asyncio import client, config
 from llm_operator import labels
 from llm_operator.api.models import GROUP, PLURAL, VERSION
@@ -83,15 +84,6 @@ signal.signal(signal.SIGUSR2, safe_heap)
 sys.argv = ["llmjob", *sys.argv[1:]]
 runpy.run_module("llm_operator.cli", run_name="__main__")
 """
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def load() -> str:
@@ -218,23 +210,6 @@ class Recorder:
                 (t for t, kind, _, uid in self.react if t >= after and kind == "ADDED" and uid not in known),
                 None,
             )
-
-
-def job_doc(name: str, replicas: int, workers: int, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "minReplicas": min(2, workers),
-        "maxReplicas": workers,
-        "replicas": replicas,
-        "image": "ghcr.io/elasticllm/llm-trainer:bench",
-        "failurePolicy": {"nodeFailureGraceSeconds": 0, "maxRestarts": 1000, "resizeCooldownSeconds": 0},
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "elasticllm.dev/v1alpha1",
-        "kind": "LLMTrainingJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": body,
-    }
 
 
 def big_cpu_nodes(count: int, pods: int) -> list[dict[str, Any]]:
