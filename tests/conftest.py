@@ -4,6 +4,9 @@
   built if missing, CRDs from ``crds/`` installed, ``KUBECONFIG`` exported; torn down at the end. After
   each test that used it, the node set is restored (chaos leaves nothing behind). When a test fails, the
   tails of every component log are attached to its report; full logs are kept under pytest's temp dir.
+- The phantom-failure guard (``nodewatch.NodeGuard``) watches the nodes of both clusters: a node that
+  leaves Ready without a test having failed it fails the test it happened in, with a message of its own
+  ("PHANTOM NODE FAILURE"), never as a timeout somewhere else.
 - ``namespace`` (function): a fresh namespace per test, deleted afterwards (pods force-deleted first,
   so pods stuck Terminating on a NotReady node cannot hold it).
 - ``process_cluster`` (session): a second local cluster, ``pytest-run-<pid>``, started with ``run_pods``:
@@ -28,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import support.*` i
 
 from llm_testbed.localcluster import chaos, nodes, paths
 from llm_testbed.localcluster.cluster import LocalCluster, cluster_names, pid_alive
+from llm_testbed.localcluster.nodewatch import NodeGuard
 from support.wait import wait_for
 
 TEST_GPU_NODES = int(os.environ.get("LLMJOB_TEST_GPU_NODES", "4"))
@@ -41,6 +45,7 @@ _session_ready = False  # set once it is up: only then are nodes restored after 
 _session_logs: Path | None = None
 _session_peak_memory: dict[str, int] = {}
 _process_cluster: LocalCluster | None = None  # set while the run-pods cluster exists
+_guards: dict[str, NodeGuard] = {}  # fixture name -> the phantom-failure guard of its cluster
 
 
 @pytest.fixture(scope="session")
@@ -56,8 +61,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.up(TEST_GPU_NODES, TEST_CPU_NODES, crds_dir=paths.crds_dir())
         os.environ["KUBECONFIG"] = str(local.kubeconfig)
         _session_ready = True
+        _guards["cluster"] = NodeGuard(local.kube).start()
         yield local
     finally:
+        _stop_guard("cluster")
         _session_ready = False
         _session_cluster = None
         _session_peak_memory.update(local.peak_memory_bytes())
@@ -76,6 +83,26 @@ def _remove_clusters_of_dead_sessions() -> None:
         match = re.fullmatch(r"pytest-(?:cli-|run-)?(\d+)", name)
         if match and not pid_alive(int(match.group(1))):
             LocalCluster(name).down()
+
+
+def _stop_guard(name: str) -> None:
+    guard = _guards.pop(name, None)
+    if guard is not None:
+        guard.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_phantom_node_failures() -> Iterator[None]:
+    """Fail the test during which a node left Ready without any test having failed it."""
+    yield
+    found = [p for guard in list(_guards.values()) for p in guard.take()]
+    if found:
+        lines = "\n".join(f"  - {p.describe()}" for p in found)
+        pytest.fail(
+            f"PHANTOM NODE FAILURE: the local cluster failed {len(found)} node(s) by itself while this"
+            f" test ran; the test bed is broken, not (necessarily) the test:\n{lines}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -97,8 +124,10 @@ def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
     _process_cluster = local
     try:
         local.up(PROCESS_GPU_NODES, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True)
+        _guards["process_cluster"] = NodeGuard(local.kube).start()
         yield local
     finally:
+        _stop_guard("process_cluster")
         _process_cluster = None
         local.collect_logs(logs)
         if local.podrunner_dir.is_dir():  # container logs and the runner's own, kept after `down`

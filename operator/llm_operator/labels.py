@@ -24,6 +24,11 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # NoSchedule taint with the same key, value = the failed check, so no workload lands there any more.
 UNHEALTHY_NODE = f"{PREFIX}/unhealthy"
 
+# On a worker pod created with required "not on this node" terms: the node names, comma-separated. A
+# pod's affinity is immutable, so a Pending worker whose avoided node is usable again is re-created
+# without the term (policy.placement.stale_avoidance).
+AVOIDED_NODES = f"{PREFIX}/avoided-nodes"
+
 # Test and chaos tooling: kwok stages turn a pod annotated with this into Failed/Succeeded.
 FAKE_EXIT_CODE = f"{PREFIX}/fake-exit-code"
 

@@ -69,6 +69,8 @@ class PodView:
     """The terminated container's termination message (a health failure's reason, exit code 78)."""
     finished: float | None = None
     """When the container terminated (epoch seconds), None while it has not."""
+    avoided: tuple[str, ...] = ()
+    """Nodes the pod was created to stay off (its ``metadata.name NotIn`` terms), sorted."""
 
     @property
     def terminal(self) -> bool:
@@ -133,7 +135,13 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         started=started,
         message=message,
         finished=finished,
+        avoided=_avoided(meta),
     )
+
+
+def _avoided(meta: dict[str, Any]) -> tuple[str, ...]:
+    text = str((meta.get("annotations") or {}).get(labels.AVOIDED_NODES) or "")
+    return tuple(sorted({name for name in text.split(",") if name}))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 |---|---|
 | nodes new pods avoid, grace-period wake-ups | ``steps.placement.observe_nodes`` |
 | exit 78: node recorded unhealthy and avoided | ``steps.nodehealth.record_unhealthy`` |
+| pending worker avoiding a node usable again: re-created | ``steps.placement.renew_stale_avoidance`` |
 | stuck Terminating pods force-deleted | ``steps.failures.force_stuck_terminating`` |
 | non-retryable exit fails, exit 0 succeeds | ``steps.failures.terminal_outcome`` |
 | lost/failed workers replaced (or maxRestarts) | ``steps.failures.replace_lost`` |
@@ -42,7 +43,7 @@ from llm_operator.steps.failures import force_stuck_terminating, replace_lost, t
 from llm_operator.steps.finish import finish
 from llm_operator.steps.live import evict_live_members
 from llm_operator.steps.nodehealth import record_unhealthy, straggler_condition
-from llm_operator.steps.placement import observe_nodes
+from llm_operator.steps.placement import observe_nodes, renew_stale_avoidance
 from llm_operator.steps.progress import detect_stall, report_progress
 from llm_operator.steps.sizing import count_process_restarts, count_restart, resize, scale
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
@@ -57,6 +58,7 @@ Step = Callable[[PassState], None]
 STEPS: tuple[Step, ...] = (
     observe_nodes,
     record_unhealthy,
+    renew_stale_avoidance,
     force_stuck_terminating,
     terminal_outcome,
     replace_lost,

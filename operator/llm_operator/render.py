@@ -17,7 +17,7 @@ import yaml
 from llm_operator.api.models import CLUSTER_RUNTIME_KIND, LLMTrainingJob
 from llm_operator.api.runtime import describe, is_runtime, ref_of, runtime_key
 from llm_operator.api.validate import validate, validate_runtime
-from llm_operator.builders.desired import desired_objects
+from llm_operator.builders.desired import desired_objects, is_spare
 from llm_operator.builders.workload import queue_name, requested_count, workload, workload_name
 from llm_operator.policy.storage import checkpoint_warning
 from llm_operator.settings import Settings
@@ -56,13 +56,24 @@ def _job_objects(job: LLMTrainingJob, settings: Settings, merged_from: str) -> l
         effective = job.model_dump(by_alias=True, exclude_none=True, exclude={"status"}, mode="json")
         out.append((effective, f"the job as the operator runs it: its spec merged over {merged_from}"))
     objects = desired_objects(job, settings)
-    if queue_name(job) is None:
-        return out + [(obj, "") for obj in objects]
-    waits = f"created only once Kueue admits Workload {workload_name(job)} (with its flavor's placement)"
     pods = [obj for obj in objects if obj["kind"] == "Pod"]
     out += [(obj, "") for obj in objects if obj["kind"] != "Pod"]
-    out.append((workload(job, requested_count(job)), "Kueue admits this Workload before any worker runs"))
-    return out + [(pod, waits) for pod in pods]
+    waits = ""
+    if queue_name(job) is not None:
+        waits = f"created only once Kueue admits Workload {workload_name(job)} (with its flavor's placement)"
+        out.append((workload(job, requested_count(job)), "Kueue admits this Workload before any worker runs"))
+    return out + [(pod, _pod_note(job, pod, waits)) for pod in pods]
+
+
+SPARE_NOTE = (
+    "spare worker (spec.spareReplicas): holds the model and optimizer, runs no step, and takes a lost"
+    " member's place at the next step boundary"
+)
+
+
+def _pod_note(job: LLMTrainingJob, pod: dict[str, Any], waits: str) -> str:
+    notes = [SPARE_NOTE] if is_spare(job, pod) else []
+    return "; ".join([*notes, *([waits] if waits else [])])
 
 
 def render_documents(

@@ -182,6 +182,42 @@ def test_replacement_never_lands_on_the_bad_node(
         assert pod["metadata"]["uid"] == victim["metadata"]["uid"] or pod["spec"].get("nodeName") != node
 
 
+def test_node_blip_on_the_only_fitting_node_does_not_strand_the_job(
+    cluster: Any, namespace: str, operator: Any
+) -> None:
+    """min 2 / max 2 on the only two nodes that fit; one blips NotReady: its worker is replaced with a
+    term against it and waits, since nothing else fits. Once the node is back, the waiting worker is
+    re-created without the term and the job runs at full size again (it used to wait for ever)."""
+    fits = ["gpu-node-0", "gpu-node-1"]
+    only_there = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": fits}]}]}}}  # fmt: skip
+    pods = start(cluster, namespace, 2, minReplicas=2, maxReplicas=2, replicas=2,
+                 scheduling={"instanceTypes": ["p5.48xlarge"], "affinity": only_there})  # fmt: skip
+    victim = pod_named(pods, "-worker-1")
+    node = victim["spec"]["nodeName"]
+    chaos.node_not_ready(node, kube=cluster.kube)
+
+    def waiting_replacement() -> dict[str, Any] | None:
+        for pod in workers(cluster, namespace, "llama"):
+            fresh = pod["metadata"]["uid"] != victim["metadata"]["uid"]
+            if fresh and pod["metadata"]["name"] == victim["metadata"]["name"] and not pod["spec"].get("nodeName"):
+                return pod
+        return None
+
+    waiting = wait_for(waiting_replacement, TIMEOUT, "the replacement waiting, kept off the lost node")
+    assert waiting["metadata"]["annotations"]["elasticllm.dev/avoided-nodes"] == node
+    assert status(cluster, namespace, "llama")["phase"] == "Restarting"
+    chaos.node_ready(node, kube=cluster.kube)
+    wait_for(lambda: running_at(cluster, namespace, 2), TIMEOUT, "the job at full size on the node come back")
+    back = {p["metadata"]["name"]: p for p in running_workers(cluster, namespace, "llama")}
+    again = back[victim["metadata"]["name"]]
+    assert again["spec"]["nodeName"] == node and again["metadata"]["uid"] != waiting["metadata"]["uid"]
+    assert not avoided_nodes(again) or all(node not in names for names in avoided_nodes(again))
+    assert status(cluster, namespace, "llama")["restarts"] == 1, "re-creating the waiting pod is no restart"
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
+    assert "AvoidedNodeUsable" in events
+
+
 def test_retryable_exit_replaced_nonretryable_fails(cluster: Any, namespace: str, operator: Any) -> None:
     pods = start(cluster, namespace, 4, failurePolicy={"nonRetryableExitCodes": [42]})
     first = pod_named(pods, "-worker-1")

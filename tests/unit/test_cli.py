@@ -90,3 +90,21 @@ def test_crd_command_prints_the_runtime_crds() -> None:
         result = _llmjob("crd", "--kind", kind)
         assert result.returncode == 0
         assert result.stdout == (ROOT / f"crds/elasticllm.dev_{plural}.yaml").read_text()
+
+
+def test_render_shows_the_spares_the_operator_creates(tmp_path: Path) -> None:
+    """maxReplicas 3 + spareReplicas 1 (inProcess): the operator creates 4 workers; render shows all 4,
+    the spare marked in a comment."""
+    job = tmp_path / "spares.yaml"
+    job.write_text(
+        "apiVersion: elasticllm.dev/v1alpha1\nkind: LLMTrainingJob\nmetadata: {name: s, namespace: ml}\n"
+        "spec: {minReplicas: 2, maxReplicas: 3, spareReplicas: 1, image: i, command: [python, t.py],\n"
+        "       failurePolicy: {recovery: inProcess}}\n"
+    )
+    result = _llmjob("render", "-f", str(job))
+    assert result.returncode == 0, result.stderr
+    pods = [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Pod"]
+    assert pods == ["s-worker-0", "s-worker-1", "s-worker-2", "s-worker-3"]
+    spare_block = result.stdout.split("name: s-worker-3")[0].rsplit("---", 1)[-1]
+    assert "# spare worker (spec.spareReplicas)" in spare_block
+    assert result.stdout.count("# spare worker") == 1

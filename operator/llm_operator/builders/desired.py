@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_operator import labels
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.rendezvous import rendezvous_network_policy, rendezvous_objects
 from llm_operator.builders.worker import pod_group, worker_pod, workers_service
@@ -23,8 +24,16 @@ def support_objects(job: LLMTrainingJob, settings: Settings) -> list[dict[str, A
 
 
 def desired_objects(job: LLMTrainingJob, settings: Settings, size: int | None = None) -> list[dict[str, Any]]:
-    """Support objects plus workers 0..size-1 (size defaults to the desired replicas; 0 when suspended)."""
+    """Support objects plus workers 0..size-1. ``size`` defaults to what the operator creates: the
+    desired replicas plus the spares (``spec.spareReplicas`` with inProcess recovery, on the indices
+    after the training workers); 0 when suspended."""
     if size is None:
-        size = 0 if job.spec.suspend else job.desired_replicas
+        size = 0 if job.spec.suspend else job.desired_replicas + job.spare_replicas
     attempt = job.status.restarts
     return [*support_objects(job, settings), *(worker_pod(job, i, attempt) for i in range(size))]
+
+
+def is_spare(job: LLMTrainingJob, pod: dict[str, Any]) -> bool:
+    """A worker of ``desired_objects`` on a spare's index (the indices after the desired replicas)."""
+    index = (pod.get("metadata", {}).get("labels") or {}).get(labels.REPLICA_INDEX)
+    return index is not None and int(index) >= job.desired_replicas

@@ -255,7 +255,8 @@ def worker_pod(
     """The worker pod for replica ``index`` made in restart ``attempt``.
 
     ``avoid_nodes``: nodes the operator judged lost, terminating or cordoned; the pod must not land there
-    (a required ``metadata.name NotIn`` term, ANDed with the user's affinity and the instance types).
+    (a required ``metadata.name NotIn`` term, ANDed with the user's affinity and the instance types),
+    listed in the ``elasticllm.dev/avoided-nodes`` annotation.
     """
     name = labels.worker_name(job.metadata.name, index)
     extra = {labels.REPLICA_INDEX: str(index), labels.ATTEMPT: str(attempt)}
@@ -303,12 +304,11 @@ def worker_pod(
         spec["priorityClassName"] = sched.priorityClassName
     if sched.schedulerName:
         spec["schedulerName"] = sched.schedulerName
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": child_metadata(job, name, labels.ROLE_WORKER, extra),
-        "spec": spec,
-    }
+    metadata = child_metadata(job, name, labels.ROLE_WORKER, extra)
+    avoided = sorted(set(avoid_nodes))
+    if avoided:
+        metadata["annotations"] = {labels.AVOIDED_NODES: ",".join(avoided)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def workers_service(job: LLMTrainingJob) -> dict[str, Any]:

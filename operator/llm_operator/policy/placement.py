@@ -3,13 +3,18 @@
 The operator reacts to a taint, a cordon or NotReady within a fraction of a second, often before the
 scheduler's cache has seen it; a replacement created then could land on the very node being drained. So
 every pod created while such nodes stay bad excludes them by name (see ``builders.worker.worker_pod``).
+
+The avoidance lasts only as long as its reason: a pod's affinity cannot change, so a worker still
+Pending with a term against a node that is usable again (Ready, untainted, uncordoned, not recorded
+unhealthy) is re-created without it (:func:`stale_avoidance`). A node that blips NotReady and returns,
+and is the only one that fits, therefore never strands the job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from llm_operator.observe import TERMINATION_TAINTS, NodeView
+from llm_operator.observe import TERMINATION_TAINTS, NodeView, PodView
 from llm_operator.policy.health import NODE_CORDONED, NODE_NOT_READY, NODE_TERMINATING, node_lost_since
 
 
@@ -30,3 +35,13 @@ def nodes_to_avoid(nodes: Iterable[NodeView], deleted: Iterable[str] = ()) -> tu
     bad = {n.name for n in nodes if node_signal(n) is not None}
     bad.update(name for name in deleted if name)
     return tuple(sorted(bad))
+
+
+def stale_avoidance(pod: PodView, avoid_now: Iterable[str], nodes: Mapping[str, NodeView]) -> tuple[str, ...]:
+    """Nodes ``pod`` was made to avoid that exist and are no longer avoided: non-empty means the pod,
+    still waiting for a node, should be re-created without those terms. A node that is gone stays out
+    of it (re-creating would change nothing), and so does a pod already bound or being deleted."""
+    if pod.node or pod.deleting or pod.phase != "Pending":
+        return ()
+    bad = set(avoid_now)
+    return tuple(name for name in pod.avoided if name in nodes and name not in bad)

@@ -19,7 +19,11 @@ def resize(s: PassState) -> None:
     spec, policy = s.job.spec, s.job.spec.failurePolicy
     active = s.active
     stuck = [
-        p for p, h in active if h.state == "pending" and s.now - p.created >= policy.pendingTimeoutSeconds
+        p
+        for p, h in active
+        if h.state == "pending"
+        and p.name not in s.renewing
+        and s.now - p.created >= policy.pendingTimeoutSeconds
     ]
     for p, h in active:
         if h.state == "pending" and p not in stuck:

@@ -95,6 +95,8 @@ class PassState:
     completion: str | None
     replacing: bool = False
     """Lost or failed workers are being replaced this pass (a restart)."""
+    renewing: set[str] = field(default_factory=set)
+    """Pending workers deleted this pass to be re-created without stale avoid terms (not stuck)."""
     extra_conditions: list[dict[str, Any]] = field(default_factory=list)
     """Conditions beyond the phase-derived ones (CheckpointNotShared, Stalled), merged by the status step."""
     out: Plan = field(default_factory=Plan)

@@ -3,9 +3,12 @@
 Every function talks to the cluster of ``kube`` (default: our kubectl against ``$KUBECONFIG``) and, with
 ``wait=True``, returns only once the cluster shows the resulting state, so callers never sleep.
 
-- :func:`node_not_ready` / :func:`node_ready`: the node's kubelet dies / comes back. kwok stops / resumes
-  acting for the node (it manages only nodes without the mark), the node reports NotReady and its pods
-  not ready, and a pod deleted there stays Terminating until it is force-deleted, as on a dead node.
+- :func:`node_not_ready` / :func:`node_ready`: the node's kubelet dies / comes back. The node's Lease is
+  handed to a foreign holder, so kwok (which manages every node, always) stops renewing it and treats
+  the node as read-only: no status, its pods frozen; the node reports NotReady and its pods not ready,
+  and a pod deleted there stays Terminating until it is force-deleted, as on a dead node. Deleting the
+  foreign Lease gives the node back to kwok. (Switching kwok's management off and on instead races its
+  lease queue and stalls other nodes' renewals: docs/decisions.md, "Dead fake nodes".)
 - :func:`delete_node` / :func:`add_node`: capacity leaves / comes back.
 - :func:`taint_for_termination`: the taint Karpenter, the AWS Node Termination Handler (spot
   interruption) or a cordon puts on a node that is about to go; :func:`clear_termination` undoes it.
@@ -38,6 +41,10 @@ FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 FAULT_DEFAULTS: dict[str, str] = {"readonly-volumes": "true", "cpu": "0.1", "shm": "1Mi"}
 DEFAULT_TIMEOUT_S = 30.0
 CONFLICT_RETRIES = 10
+LEASE_NAMESPACE = "kube-node-lease"
+DEAD_HOLDER = "llmjob-chaos/dead-kubelet"
+"""Holder of a dead node's Lease: kwok never renews a Lease another holder has not let expire."""
+DEAD_LEASE_SECONDS = 7 * 24 * 3600
 
 
 def termination_taint(kind: TerminationKind) -> dict[str, str]:
@@ -101,9 +108,10 @@ def node_not_ready(
     """
     k = _kube(kube)
     _node(k, node)
-    # The label goes first: kwok drops the node from its watch before the status below is written, so
-    # its node-ready Stage can never "repair" it.
+    # The mark goes first (no node Stage matches a marked node, and the pod runner stops its pods), then
+    # the Lease: from then on kwok leaves the node alone, so nothing "repairs" the status written below.
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}=true", "--overwrite")
+    hold_lease(k, node)
     now = _now()
     lost = [
         {"type": kind, "status": "Unknown", "reason": "NodeStatusUnknown", "message": LOST_MESSAGE,
@@ -165,6 +173,7 @@ def node_ready(
     k = _kube(kube)
     _node(k, node)
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}-")
+    release_lease(k, node)  # kwok creates a new one at its next try (within a quarter lease) and acts again
     if not wait:
         return
     poll(lambda: is_ready(_node(k, node)), timeout=timeout, what=f"node {node} to be Ready and untainted")
@@ -182,13 +191,54 @@ def node_ready(
     poll(pods_settled, timeout=timeout, what=f"the pods on node {node} to be ready again")
 
 
+def _micro_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def hold_lease(kube: Kubectl, node: str) -> None:
+    """Take ``node``'s Lease from kwok: a foreign holder with a week-long lease. kwok then neither renews
+    it nor acts for the node or its pods (it acts only for nodes whose Lease it holds). ``renewTime``
+    stays as kwok last wrote it, so kube-controller-manager sees no heartbeat in the hand-over."""
+    spec = {"holderIdentity": DEAD_HOLDER, "leaseDurationSeconds": DEAD_LEASE_SECONDS}
+    for _ in range(CONFLICT_RETRIES):
+        if kube.get("lease", node, LEASE_NAMESPACE) is not None:
+            try:
+                kube.patch("lease", node, {"spec": spec}, namespace=LEASE_NAMESPACE)
+                return
+            except KubectlError as exc:
+                if not exc.not_found:
+                    raise
+                continue  # deleted meanwhile: create it
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": node, "namespace": LEASE_NAMESPACE},
+            "spec": {**spec, "renewTime": _micro_now()},
+        }
+        if kube.create(lease):
+            return
+    raise LocalClusterError(f"the Lease of node {node} kept changing under us: gave up")
+
+
+def release_lease(kube: Kubectl, node: str) -> None:
+    """Undo :func:`hold_lease`: delete the Lease if we hold it (kwok makes a new one and acts again)."""
+    lease = kube.get("lease", node, LEASE_NAMESPACE)
+    if lease is None or lease.get("spec", {}).get("holderIdentity") != DEAD_HOLDER:
+        return
+    kube.run("delete", "lease", node, "--namespace", LEASE_NAMESPACE, "--ignore-not-found")
+
+
 # ---------------------------------------------------------------------------------------- capacity
 def delete_node(
     node: str, *, kube: Kubectl | None = None, wait: bool = True, timeout: float = DEFAULT_TIMEOUT_S
 ) -> None:
-    """Remove the Node object (the instance is gone). Its pods are left to the pod garbage collector."""
+    """Remove the Node object (the instance is gone). Its pods are left to the pod garbage collector.
+
+    Its Lease is taken from kwok first and deleted after, so kwok's lease worker is never mid-renewal
+    when the node goes, and a node added later under the same name starts with a Lease of its own."""
     k = _kube(kube)
     _node(k, node)
+    hold_lease(k, node)
     k.run(
         "delete",
         "node",
@@ -197,6 +247,7 @@ def delete_node(
         f"--timeout={int(timeout)}s",
         timeout=timeout + 10,
     )
+    release_lease(k, node)
 
 
 def add_node(
@@ -362,7 +413,7 @@ def restore_nodes(
     current = {n["metadata"]["name"]: n for n in k.items("nodes")}
     changed: list[str] = []
     for name in sorted(current.keys() - wanted.keys()):
-        k.run("delete", "node", name, "--wait=false")
+        delete_node(name, kube=k, wait=False)
         changed.append(name)
     for name in sorted(current.keys() & wanted.keys()):
         obj = current[name]

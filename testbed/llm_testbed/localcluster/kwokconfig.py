@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from llm_testbed.localcluster import marks, tools
+from llm_testbed.localcluster import tools
 
 STAGES_RESOURCE = "kwok-stages.yaml"
 CONFIG_API = "config.kwok.x-k8s.io/v1alpha1"
@@ -56,7 +56,9 @@ class KwokctlSettings:
     ports: dict[str, int] = field(default_factory=dict)  # kwokctl option (ports.PORT_OPTIONS) -> port
     node_monitor_period_ms: int = 1000  # how fast NotReady nodes are noticed (default 5s)
     node_monitor_grace_period_ms: int = 40000
-    node_lease_duration_s: int = 40
+    node_lease_duration_s: int = 20
+    """kwok renews every node's Lease each quarter of this; a node given back (chaos.node_ready) is
+    Ready again within that quarter."""
     run_pods: bool = False  # the local pod runner acts for pods: kwok keeps only the node Stages
     audit_policy: str = ""  # kube-apiserver audit policy file; the log goes to logs/audit.log (benchmarks)
 
@@ -107,14 +109,6 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
                     # Taint lost nodes NoExecute at once (default 0.1 node/s: one node every 10 s).
                     {"key": "node-eviction-rate", "value": "100"},
                     {"key": "secondary-node-eviction-rate", "value": "100"},
-                ],
-            },
-            {
-                # kwok acts as the kubelet of every node except those marked dead (see chaos.py).
-                "name": "kwok-controller",
-                "extraArgs": [
-                    {"key": "manage-all-nodes", "value": "false", "override": True},
-                    {"key": "manage-nodes-with-label-selector", "value": f"!{marks.NODE_NOT_READY_LABEL}"},
                 ],
             },
         ],

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Final
 
-# Node label: its kubelet is dead. kwok-controller manages only nodes without it (no status, no Lease,
-# pods frozen); chaos.node_not_ready also reports the node Ready=Unknown and its pods not ready at once.
+# Node label: its kubelet is dead. No node Stage matches a node with it, the pod runner stops its pods;
+# chaos.node_not_ready also takes the node's Lease from kwok (kwok then leaves the node and its pods alone)
+# and reports the node Ready=Unknown and its pods not ready at once.
 NODE_NOT_READY_LABEL: Final = "elasticllm.dev/fake-not-ready"
 # Pod annotation: the integer exit code the pod's main containers terminate with (0 -> Succeeded).
 POD_EXIT_CODE_ANNOTATION: Final = "elasticllm.dev/fake-exit-code"
