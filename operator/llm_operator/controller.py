@@ -19,6 +19,7 @@ from llm_operator.builders import rendezvous
 from llm_operator.builders.desired import support_objects
 from llm_operator.builders.worker import live_prefix, worker_pod
 from llm_operator.expectations import Expectations
+from llm_operator.ghosts import Ghosts, audit_due
 from llm_operator.kube import Kube, KubeError
 from llm_operator.kueue_sync import KueueSync
 from llm_operator.live_evict import evict_pods
@@ -41,7 +42,9 @@ RUNTIME_CONDITION = "RuntimeResolved"
 class JobController:
     """Owns one job while the operator runs it (one per kopf daemon)."""
 
-    def __init__(self, kube: Kube, settings: Settings, namespace: str, name: str) -> None:
+    def __init__(
+        self, kube: Kube, settings: Settings, namespace: str, name: str, ghosts: Ghosts | None = None
+    ) -> None:
         self.kube = kube
         self.settings = settings
         self.namespace = namespace
@@ -66,6 +69,11 @@ class JobController:
         self.runtime_problem = ""
         """The runtime problem last reported (one Event per new problem)."""
         self._probe_timeout: tuple[Any, int] | None = None
+        self.ghosts = ghosts if ghosts is not None else Ghosts()
+        """Pods the index holds that are gone (shared by every controller; see ``llm_operator.ghosts``)."""
+        self.audited_at = time.monotonic()
+        """When this job's slice of the pod index was last checked for ghosts (it starts fresh: kopf
+        starts the controllers once the initial listing is indexed)."""
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants: more room on some
         node changes nothing for it, so a node that comes back need not wake it (handlers.node_changed)."""
@@ -273,6 +281,7 @@ class JobController:
             for obj in support_objects(job, self.settings):
                 await self.kube.create(obj)
             self.support_generation = job.metadata.generation
+        audit_at = await self.audit_index(pods_index, logger)
         observed = list(pods_index.get((self.namespace, self.name), ()))
         mine = self.expect.apply(observed)
         nodes = {view.name: view for views in nodes_index.values() for view in views}
@@ -283,9 +292,32 @@ class JobController:
         decided = plan(job, mine, nodes, everyone, now, self.progress.progress(), admission)
         await self.apply(job, decided, body, logger)
         await self.kueue.after(job, workload, admission, mine, decided.status, time.time())
-        if decided.requeue_at is None:
-            return RESYNC_SECONDS
-        return min(RESYNC_SECONDS, max(MIN_WAIT, decided.requeue_at - time.time()))
+        due = [RESYNC_SECONDS]
+        if decided.requeue_at is not None:
+            due.append(decided.requeue_at - time.time())
+        if audit_at is not None:
+            due.append(audit_at - time.monotonic())
+        return max(MIN_WAIT, min(due))
+
+    async def audit_index(
+        self, pods_index: Mapping[Any, Iterable[PodView]], logger: kopf.Logger
+    ) -> float | None:
+        """Check this job's slice of the pod index against a consistent list when due (after a re-list
+        of the pods, and every ``index_audit_seconds``); pods gone from the list become ghosts, filtered
+        out of every read. Returns when (monotonic) the next audit is due, None: only after a re-list."""
+        every = self.settings.index_audit_seconds
+        due = audit_due(self.ghosts.listed_at, self.audited_at, time.monotonic(), every)
+        if due is None or due > time.monotonic():
+            return due
+        indexed = list(pods_index.get((self.namespace, self.name), ()))
+        existing = await self.kube.pod_uids(self.namespace, labels.selector(self.name))
+        self.audited_at = time.monotonic()
+        found = self.ghosts.record(indexed, existing)
+        if found:
+            metrics.INDEX_GHOSTS.inc(len(found))
+            names = ", ".join(sorted(p.name for p in found))
+            logger.warning(f"IndexGhosts: {names} deleted during a watch gap; no longer counted")
+        return audit_due(self.ghosts.listed_at, self.audited_at, self.audited_at, every)
 
     async def apply(self, job: LLMTrainingJob, decided: Plan, body: kopf.Body, logger: kopf.Logger) -> None:
         """Deletions, then creations (concurrently), then one status write and the events."""

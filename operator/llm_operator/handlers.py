@@ -20,6 +20,7 @@ from llm_operator import labels, metrics
 from llm_operator.api.models import GROUP, PLURAL, VERSION
 from llm_operator.builders.workload import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
 from llm_operator.controller import JobController
+from llm_operator.ghosts import Ghosts, LiveWorkers
 from llm_operator.kube import Kube, connect
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
 from llm_operator.settings import Settings, kueue_enabled
@@ -32,6 +33,8 @@ NodeHealth = tuple[bool, bool, tuple[tuple[str, str], ...]]
 _controllers: dict[tuple[str, str], JobController] = {}
 _node_health: dict[str, NodeHealth | None] = {}
 _state: dict[str, Any] = {}
+_ghosts = Ghosts()
+"""Worker pods the index holds although they are gone (``llm_operator.ghosts``)."""
 
 
 @kopf.on.startup()
@@ -51,8 +54,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.persistence.finalizer = "elasticllm.dev/operator"
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    ours = Settings.from_env()
+    settings.peering.lifetime = ours.peering_lifetime_seconds
     _state["kube"] = Kube(await connect())
-    _state["settings"] = Settings.from_env()
+    _state["settings"] = ours
 
 
 @kopf.on.login()
@@ -86,8 +91,12 @@ async def nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeView]:
 
 
 @kopf.on.event("pods", labels=WORKER_LABELS)
-async def pod_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
-    """A worker changed: wake its job."""
+async def pod_changed(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
+    """A worker changed: wake its job. A pod from a listing (type None: kopf re-listed after a watch
+    gap) wakes every job once per listing, to audit the index for pods deleted in the gap."""
+    if type is None and _ghosts.note_listed():
+        for other in list(_controllers.values()):
+            other.wake.set()
     job = (body.get("metadata", {}).get("labels") or {}).get(labels.JOB_NAME)
     controller = _controllers.get((namespace or "", job or ""))
     if controller is not None:
@@ -126,7 +135,7 @@ async def node_changed(body: kopf.Body, name: str, type: str, **kwargs: Any) -> 
     else:
         _node_health[name] = summary
     improved = node_improved(old, summary)
-    pods: kopf.Index[tuple[str, str], PodView] = kwargs["worker_pods"]
+    pods = LiveWorkers(kwargs["worker_pods"], _ghosts)
     on_node = {key for key, views in pods.items() if any(v.node == name for v in views)}
     for key, controller in list(_controllers.items()):
         if key in on_node or (improved and not controller.at_size):
@@ -157,10 +166,10 @@ async def run_job(
 ) -> None:
     """One long-lived loop per job, for as long as the job exists and this operator is active."""
     key = (namespace or "", name)
-    controller = JobController(_state["kube"], _state["settings"], *key)
+    controller = JobController(_state["kube"], _state["settings"], *key, ghosts=_ghosts)
     _controllers[key] = controller
     try:
-        pods: kopf.Index[tuple[str, str], PodView] = kwargs["worker_pods"]
+        pods = LiveWorkers(kwargs["worker_pods"], _ghosts)
         node_index: kopf.Index[str, NodeView] = kwargs["nodes"]
         controller.workloads = kwargs.get("kueue_workloads")
         await controller.run(body, pods, node_index, stopped, logger)

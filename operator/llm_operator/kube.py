@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -126,6 +127,25 @@ class Kube:
             and p.status.pod_ip
             and p.metadata.deletion_timestamp is None
         ]
+
+    async def pod_uids(self, namespace: str, selector: dict[str, str]) -> set[str]:
+        """UIDs of the pods whose labels match ``selector``, by a consistent read (no resourceVersion:
+        the answer holds every pod that existed when it was asked; ``ghosts`` relies on that)."""
+        labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        try:
+            response: Any = await self.core.list_namespaced_pod(
+                namespace, label_selector=labels, _preload_content=False
+            )
+        except ApiException as exc:
+            raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
+        try:
+            body = await response.read()
+            if not 200 <= int(response.status) <= 299:
+                raise KubeError(int(response.status), body.decode(errors="replace"))
+        finally:
+            response.release()
+        items = json.loads(body).get("items") or []
+        return {str(item["metadata"]["uid"]) for item in items}
 
     async def get_runtime(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A runtime object (LLMTrainingRuntime in ``namespace``, or ClusterLLMTrainingRuntime); None: 404."""

@@ -23,6 +23,10 @@ FAILURES = Counter("llmjob_failures_detected_total", "Lost workers by detection 
 REPLACEMENTS = Counter("llmjob_replacements_total", "Lost workers deleted for replacement")
 RESIZES = Counter("llmjob_resizes_total", "Target size changes", ["direction"])
 PODS_CREATED = Counter("llmjob_pods_created_total", "Worker pods created")
+INDEX_GHOSTS = Counter(
+    "llmjob_index_ghosts_total",
+    "Worker pods the operator's index still held after they were deleted (watch gap)",
+)
 PROGRESS_PROBES = Counter(
     "llmjob_progress_probes_total", "Hang-detection probes of worker metrics endpoints", ["result"]
 )

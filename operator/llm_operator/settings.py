@@ -12,6 +12,13 @@ C10D_PORT = 29400
 TRAINER_METRICS_PORT = 9400
 DEFAULT_PROGRESS_SECONDS = 30.0
 """One status.progress write per job per 30 s at most: 33 writes/s for 1,000 jobs (decision G2)."""
+DEFAULT_INDEX_AUDIT_SECONDS = 300.0
+"""Each job checks its slice of the pod index against a consistent list this often, besides after every
+re-list (llm_operator.ghosts): 3.3 small LISTs/s for 1,000 jobs."""
+DEFAULT_PEERING_LIFETIME_S = 10
+"""A replica's peering entry counts as alive this long after its last keep-alive (kopf renews it 5-10 s
+before it runs out, at least every second): a standby takes over within this much of the active one's
+crash (kopf's own default, 60 s, made failover take up to a minute; docs/benchmarks.md, "HA failover")."""
 DEFAULT_OPERATOR_NAMESPACE = "elastic-llm-operator"
 DEFAULT_OPERATOR_POD_LABELS: dict[str, str] = {
     "app.kubernetes.io/name": "elastic-llm-operator",
@@ -38,12 +45,19 @@ class Settings:
     mark_unhealthy_nodes: bool = False
     """Label and taint (NoSchedule) a node a worker found unhealthy, for every workload
     (LLMJOB_MARK_UNHEALTHY_NODES=true; needs `patch` on nodes). Off: only the job avoids it."""
+    index_audit_seconds: float = DEFAULT_INDEX_AUDIT_SECONDS
+    peering_lifetime_seconds: int = DEFAULT_PEERING_LIFETIME_S
+    """kopf's settings.peering.lifetime (LLMJOB_PEERING_LIFETIME, whole seconds >= 1; the chart's
+    peering.lifetimeSeconds): how soon a standby replica takes over from a crashed one."""
+    """How often each job audits the pod index for pods deleted during a watch gap, besides after every
+    re-list (LLMJOB_INDEX_AUDIT_SECONDS; 0: only after re-lists)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read LLMJOB_RENDEZVOUS_IMAGE, LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object),
         LLMJOB_OPERATOR_NAMESPACE, LLMJOB_OPERATOR_POD_LABELS (a JSON object), LLMJOB_KUEUE and
-        LLMJOB_PROGRESS_SECONDS, LLMJOB_MARK_UNHEALTHY_NODES."""
+        LLMJOB_PROGRESS_SECONDS, LLMJOB_MARK_UNHEALTHY_NODES, LLMJOB_INDEX_AUDIT_SECONDS and
+        LLMJOB_PEERING_LIFETIME."""
         env = dict(os.environ) if environ is None else environ
         operator_labels = _string_map(env, "LLMJOB_OPERATOR_POD_LABELS")
         return cls(
@@ -56,6 +70,10 @@ class Settings:
             kueue=kueue_enabled(env),
             progress_seconds=_seconds(env, "LLMJOB_PROGRESS_SECONDS", DEFAULT_PROGRESS_SECONDS),
             mark_unhealthy_nodes=_flag(env, "LLMJOB_MARK_UNHEALTHY_NODES", default=False),
+            index_audit_seconds=_seconds(env, "LLMJOB_INDEX_AUDIT_SECONDS", DEFAULT_INDEX_AUDIT_SECONDS),
+            peering_lifetime_seconds=_whole_seconds(
+                env, "LLMJOB_PEERING_LIFETIME", DEFAULT_PEERING_LIFETIME_S
+            ),
         )
 
 
@@ -71,6 +89,14 @@ def _seconds(env: dict[str, str], name: str, default: float) -> float:
     if not value >= 0:
         raise ValueError(f"{name} must be >= 0, not {text!r}")
     return value
+
+
+def _whole_seconds(env: dict[str, str], name: str, default: int) -> int:
+    """A whole number of seconds >= 1 from the environment variable ``name``; ``default`` when unset."""
+    value = _seconds(env, name, float(default))
+    if value < 1 or value != int(value):
+        raise ValueError(f"{name} must be a whole number of seconds >= 1, not {env.get(name)!r}")
+    return int(value)
 
 
 def _string_map(env: dict[str, str], name: str) -> dict[str, str] | None:

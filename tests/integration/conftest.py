@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
+from llm_testbed.local_etcd import free_port
 from llm_testbed.localcluster.cluster import LocalCluster
 
 from .e2e_support import PROGRESS_SECONDS, Training
@@ -79,6 +79,9 @@ class OperatorProcess:
             p.read_text(errors="replace")[-3000:] for p in sorted(self.log_dir.glob("operator-*.log"))
         )
 
+    def full_log(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("operator-*.log")))
+
 
 @pytest.fixture
 def operator_process(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[[], OperatorProcess]]:
@@ -93,14 +96,6 @@ def operator_process(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[C
     yield make
     for proc in made:
         proc.stop()
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (for the operator's probe endpoint)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class PeeredOperatorProcess(OperatorProcess):
@@ -136,9 +131,6 @@ class PeeredOperatorProcess(OperatorProcess):
             return exc.code, json.loads(exc.read() or b"{}")
         except OSError:
             return 0, {}
-
-    def full_log(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("operator-*.log")))
 
 
 @pytest.fixture

@@ -200,7 +200,11 @@ def test_node_blip_on_the_only_fitting_node_does_not_strand_the_job(
     def waiting_replacement() -> dict[str, Any] | None:
         for pod in workers(cluster, namespace, "llama"):
             fresh = pod["metadata"]["uid"] != victim["metadata"]["uid"]
-            if fresh and pod["metadata"]["name"] == victim["metadata"]["name"] and not pod["spec"].get("nodeName"):
+            if (
+                fresh
+                and pod["metadata"]["name"] == victim["metadata"]["name"]
+                and not pod["spec"].get("nodeName")
+            ):
                 return pod
         return None
 

@@ -83,7 +83,11 @@ def _status(**kw: Any) -> dict[str, Any]:
 def test_blip_node_back_recreates_the_pending_replacement_without_the_term() -> None:
     """min 2 / max 2 on exactly two nodes; node-1 blipped NotReady, its worker was replaced with a term
     against it, and node-1 is Ready again: the replacement is re-created (no restart), never stranded."""
-    spec: dict[str, Any] = {"minReplicas": 2, "maxReplicas": 2, "failurePolicy": {"pendingTimeoutSeconds": 60}}
+    spec: dict[str, Any] = {
+        "minReplicas": 2,
+        "maxReplicas": 2,
+        "failurePolicy": {"pendingTimeoutSeconds": 60},
+    }
     waiting = pod(1, phase="Pending", ready=False, node="", created=NOW - 600, avoided=("node-1",),
                   unschedulable=True)  # fmt: skip
     pods = [pod(0), waiting]
