@@ -189,8 +189,10 @@ def test_node_blip_on_the_only_fitting_node_does_not_strand_the_job(
     term against it and waits, since nothing else fits. Once the node is back, the waiting worker is
     re-created without the term and the job runs at full size again (it used to wait for ever)."""
     fits = ["gpu-node-0", "gpu-node-1"]
-    only_there = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": fits}]}]}}}  # fmt: skip
+    # One value per metadata.name requirement (the API's rule): one term per node, ORed.
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]} for n in fits]
+    required = {"nodeSelectorTerms": terms}
+    only_there = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
     pods = start(cluster, namespace, 2, minReplicas=2, maxReplicas=2, replicas=2,
                  scheduling={"instanceTypes": ["p5.48xlarge"], "affinity": only_there})  # fmt: skip
     victim = pod_named(pods, "-worker-1")

@@ -90,12 +90,16 @@ def stop(cluster: LocalCluster, component: str) -> Stopped:
 
 
 def _running(pid: int) -> bool:
-    """Alive and not a zombie (a zombie child of ours waits to be reaped but runs no more)."""
+    """Not wholly gone yet. A killed Go process's main thread turns zombie while its other threads still
+    exit and hold its files (the listening port among them): gone means reaped, or a zombie whose
+    every other thread has ended."""
+    proc = Path(f"/proc/{pid}")
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        threads = len(list((proc / "task").iterdir()))
     except (OSError, IndexError):
         return False
-    return state != "Z"
+    return not (state == "Z" and threads <= 1)
 
 
 def restart(cluster: LocalCluster, component: str) -> float:
