@@ -65,7 +65,7 @@ def test_service_account_volume_and_sidecar_through_a_node_loss(
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "trainer-settings", "namespace": namespace},
-        "data": {"lr": "3e-4"},
+        "data": {"optimizer": "adamw"},
     }
     for doc in (account, settings):
         assert apply(cluster, doc).returncode == 0

@@ -165,7 +165,7 @@ REFUSED: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
     ),
     (
         "operator annotation",
-        {"metadata": {"annotations": {"elasticllm.dev/avoided-nodes": "n"}}},
+        {"metadata": {"annotations": {"elasticllm.dev/avoided-nodes": "node-1"}}},
         {},
         "spec.podTemplate.metadata.annotations: keys under elasticllm.dev/*",
     ),
@@ -361,3 +361,21 @@ def test_render_shows_the_template_in_the_worker_pods(tmp_path: Path) -> None:
     pods = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Pod"]
     assert pods and all(p["spec"]["serviceAccountName"] == "s3-reader" for p in pods)
     assert all(p["spec"]["initContainers"][0]["restartPolicy"] == "Always" for p in pods)
+
+
+def test_every_rule_reason_is_one_the_apiserver_accepts() -> None:
+    from llm_operator.api.crd import CRD_KINDS, crd, runtime_crd
+
+    allowed = {"FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired"}
+
+    def reasons(node: Any) -> list[str]:
+        if isinstance(node, dict):
+            own = [r.get("reason", "FieldValueInvalid") for r in node.get("x-kubernetes-validations", [])]
+            return own + [r for value in node.values() for r in reasons(value)]
+        if isinstance(node, list):
+            return [r for value in node for r in reasons(value)]
+        return []
+
+    for kind in CRD_KINDS:
+        doc = crd() if kind == "LLMTrainingJob" else runtime_crd(kind)
+        assert set(reasons(doc)) <= allowed, kind

@@ -287,7 +287,7 @@ RULES_TRAINER_ENTRY: list[dict[str, str]] = [
         " with restartPolicy: Always (a second regular container would keep a worker running after its"
         " trainer exits)'",
         ".name",
-        "FieldValueNotSupported",
+        "FieldValueInvalid",
     ),
 ]
 
