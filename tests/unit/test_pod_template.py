@@ -379,3 +379,19 @@ def test_every_rule_reason_is_one_the_apiserver_accepts() -> None:
     for kind in CRD_KINDS:
         doc = crd() if kind == "LLMTrainingJob" else runtime_crd(kind)
         assert set(reasons(doc)) <= allowed, kind
+
+
+def test_kueue_workload_accounts_the_sidecars_requests() -> None:
+    from llm_operator.builders.workload import pod_template
+
+    sidecar = {**SIDECAR, "resources": {"requests": {"cpu": "500m"}}, "env": [{"name": "A", "value": "1"}]}
+    template = pod_template(job(podTemplate={"spec": {"initContainers": [sidecar]}}))
+    assert template["spec"]["initContainers"] == [
+        {
+            "name": "log-shipper",
+            "image": "fluent-bit:3",
+            "restartPolicy": "Always",
+            "resources": {"requests": {"cpu": "500m"}},
+        }
+    ]
+    assert "initContainers" not in pod_template(job())["spec"]
