@@ -277,3 +277,14 @@ def test_launcher_is_taken_off(
 ) -> None:
     found = launcher.split(argv, assume_launcher=assume)
     assert (found.argv, found.nproc, found.dropped) == (program, nproc, dropped)
+
+
+def test_a_container_without_command_keeps_its_args_and_says_so() -> None:
+    doc = yaml.safe_load((FIXTURES / "pytorchjob-static.yaml").read_text())
+    for role in ("Master", "Worker"):
+        container = doc["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+        container.pop("command")
+        container["args"] = ["--epochs=1"]
+    (converted,) = convert_documents([doc])
+    assert "command" not in converted.job["spec"] and converted.job["spec"]["args"] == ["--epochs=1"]
+    _warned(converted.warnings, "containers[0].command: not set: the image's entrypoint cannot run")

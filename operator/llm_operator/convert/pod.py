@@ -151,9 +151,17 @@ def _trainer(
         spec["imagePullPolicy"] = policy
     argv = [str(a) for a in node.take_list("command")]
     args = [str(a) for a in node.take_list("args")]
-    if argv or args:
+    if argv or (args and entrypoint_launcher):
         assume = entrypoint_launcher and not argv
         program([*argv, *args], node.at("command" if argv else "args"), spec, node.report, assume)
+    else:
+        if args:
+            spec["args"] = args
+        node.report.warn(
+            node.at("command"),
+            "not set: the image's entrypoint cannot run under the operator's torchrun; spec.command keeps"
+            " its default (python -m llm_trainer): set it to the training program",
+        )
     env = _env(node.take_list("env"), node.at("env"), node.report)
     if env:
         spec["env"] = env

@@ -21,6 +21,8 @@ RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 NODE_JOBS = ("node", "trainer-node")
 """Names of the runtime's replicated job that runs the trainer (Kubeflow's built-in runtimes)."""
 ANCESTOR_LABEL = f"{API_GROUP}/trainjob-ancestor-step"
+TRAINER = "node"
+"""The training container's name in Kubeflow's runtimes."""
 
 
 def _by_name(items: list[Any], more: list[Any]) -> list[Any]:
@@ -194,12 +196,8 @@ def convert(doc: dict[str, Any], report: Report, documents: list[Any]) -> dict[s
             " runtime in the same file to carry its pod template over)",
         )
     pod_spec = pod.get("spec") or {}
-    containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, dict)]
-    container = (
-        "node"
-        if any(c.get("name") == "node" for c in containers)
-        else (str(containers[0].get("name")) if containers else "node")
-    )
+    names = [str(c.get("name")) for c in pod_spec.get("containers") or [] if isinstance(c, dict)]
+    container = TRAINER if TRAINER in names or not names else names[0]
     overrides_key = "podTemplateOverrides" if source.has("podTemplateOverrides") else "podSpecOverrides"
     for i, item in enumerate(source.take_list(overrides_key)):
         item_node = Node(item, f"spec.{overrides_key}[{i}]", report)
