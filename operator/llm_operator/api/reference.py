@@ -6,7 +6,17 @@ import json
 from typing import Any
 
 from llm_operator.api.crd import PRINTER_COLUMNS, RUNTIME_NAMES, crd, documented_spec_schema
-from llm_operator.api.rules import RULES_ENV_VAR, RULES_FSX, RULES_JOB, RULES_JOB_SPEC, RULES_SPEC
+from llm_operator.api.rules import (
+    RULES_ENV_VAR,
+    RULES_FSX,
+    RULES_INIT_CONTAINER,
+    RULES_JOB,
+    RULES_JOB_SPEC,
+    RULES_POD_METADATA,
+    RULES_POD_VOLUME,
+    RULES_SPEC,
+    RULES_TRAINER_ENTRY,
+)
 
 
 def _type(node: dict[str, Any]) -> str:
@@ -119,7 +129,10 @@ def reference() -> str:
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec, status = documented_spec_schema(), schema["properties"]["status"]
     head = "| field | type | required | default | description |\n|---|---|---|---|---|"
-    rules = [r["rule"] for r in RULES_JOB + RULES_SPEC + RULES_JOB_SPEC + RULES_ENV_VAR + RULES_FSX]
+    pod_template = RULES_POD_METADATA + RULES_POD_VOLUME + RULES_TRAINER_ENTRY + RULES_INIT_CONTAINER
+    rules = [
+        r["rule"] for r in RULES_JOB + RULES_SPEC + RULES_JOB_SPEC + RULES_ENV_VAR + RULES_FSX + pod_template
+    ]
     runtime_kinds = "\n".join(
         f"| `{kind}` | {names['scope']} | `{names['plural']}` | `{'`, `'.join(names['shortNames'])}` |"
         for kind, names in RUNTIME_NAMES.items()
