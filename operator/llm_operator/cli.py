@@ -1,4 +1,5 @@
-"""`llmjob`: the command line (render, crd, operator; the test bed adds cluster, tools, chaos, demo)."""
+"""`llmjob`: the command line (render, convert, crd, operator; the test bed adds cluster, tools, chaos,
+demo)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,30 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print(f"llmjob render: {len(exc.problems)} problem(s); nothing rendered", file=sys.stderr)
         return EXIT_USAGE
     write_documents(objects, sys.stdout)
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from llm_operator.convert import ConvertError, convert_documents
+    from llm_operator.render import load_documents, write_stream
+
+    try:
+        converted = convert_documents(load_documents(args.filename))
+    except RenderError as exc:  # unreadable file, not YAML
+        problems = exc.problems
+    except ConvertError as exc:
+        problems = [f"{args.filename}: {line}" for line in exc.problems]
+    else:
+        problems = []
+    if problems:
+        for line in problems:
+            print(f"llmjob convert: {line}", file=sys.stderr)
+        print("llmjob convert: nothing converted", file=sys.stderr)
+        return EXIT_USAGE
+    for item in converted:
+        for line in item.warnings:
+            print(f"llmjob convert: warning: {item.source}: {line}", file=sys.stderr)
+    write_stream([item.job for item in converted], sys.stdout)
     return 0
 
 
@@ -79,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-n", "--namespace", help="namespace for manifests that name none (default: default)")
     p.set_defaults(func=_cmd_render)
+
+    p = sub.add_parser(
+        "convert",
+        help="print a Kubeflow PyTorchJob, TorchElastic ElasticJob or Kubeflow TrainJob as an LLMTrainingJob",
+        description="Convert kubeflow.org/v1 PyTorchJob, elastic.pytorch.org/v1alpha1 ElasticJob and"
+        " trainer.kubeflow.org/v1alpha1 TrainJob (with its ClusterTrainingRuntime or TrainingRuntime in the"
+        " same file) into LLMTrainingJob YAML on standard output; one warning line per source field without"
+        " an equivalent on standard error. Invalid input: exit 2.",
+    )
+    p.add_argument("-f", "--filename", required=True, help="the source manifest (YAML, '-' = stdin)")
+    p.set_defaults(func=_cmd_convert)
 
     p = sub.add_parser("crd", help="print a CRD generated from the API models (default: LLMTrainingJob)")
     p.add_argument(

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from llm_operator.api.validate import validate
 
+from tests.unit.test_pod_template import REFUSED_MANIFESTS
 from tests.unit.test_validation import INVALID
 
 from .kube_helpers import apply
@@ -108,3 +109,49 @@ def test_apiserver_accepts_spares_with_in_process_or_from_a_runtime(cluster: Any
     for doc in (in_process, from_runtime):
         result = apply(cluster, doc, "--dry-run=server")
         assert result.returncode == 0, result.stderr
+
+
+# The apiserver phrases schema errors itself: for those, the field it names.
+POD_TEMPLATE_SCHEMA = {
+    "trainer image": 'unknown field "spec.podTemplate.spec.containers[0].image"',
+    "trainer resources": 'unknown field "spec.podTemplate.spec.containers[0].resources"',
+    "trainer env": 'unknown field "spec.podTemplate.spec.containers[0].env"',
+    "sidecar restartPolicy other than Always": "spec.podTemplate.spec.initContainers[0].restartPolicy",
+    "sidecar without image": "spec.podTemplate.spec.initContainers[0].image",
+    "service account not a DNS name": "spec.podTemplate.spec.serviceAccountName",
+    "unknown pod field": 'unknown field "spec.podTemplate.spec.nodeName"',
+}
+
+
+@pytest.mark.parametrize(("case", "doc", "line"), REFUSED_MANIFESTS, ids=[c[0] for c in REFUSED_MANIFESTS])
+def test_apiserver_refuses_operator_owned_pod_template_fields(
+    cluster: Any, namespace: str, case: str, doc: dict[str, Any], line: str
+) -> None:
+    """A job whose spec.podTemplate names what the operator owns is refused at admission, the field named."""
+    doc = {**doc, "metadata": {"name": "pod-template", "namespace": namespace}}
+    result = apply(cluster, doc, "--dry-run=server")
+    assert result.returncode != 0, f"{case}: the apiserver accepted it"
+    assert POD_TEMPLATE_SCHEMA.get(case, line) in result.stderr, result.stderr
+
+
+def test_apiserver_accepts_a_pod_template(cluster: Any, namespace: str) -> None:
+    template = {
+        "metadata": {"labels": {"team": "nlp"}, "annotations": {"sidecar.istio.io/inject": "false"}},
+        "spec": {
+            "serviceAccountName": "s3-reader",
+            "volumes": [
+                {"name": "data", "csi": {"driver": "s3.csi.aws.com", "volumeAttributes": {"bucketName": "b"}}}
+            ],
+            "initContainers": [{"name": "log-shipper", "image": "fluent-bit:3", "restartPolicy": "Always"}],
+            "containers": [{"name": "trainer", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        },
+    }
+    doc = {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": "pod-template", "namespace": namespace},
+        "spec": {"minReplicas": 1, "maxReplicas": 2, "image": "i", "podTemplate": template},
+    }
+    result = apply(cluster, doc, "--dry-run=server", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["spec"]["podTemplate"] == template

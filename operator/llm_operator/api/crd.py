@@ -46,6 +46,9 @@ def structural(node: Any, defs: dict[str, Any]) -> Any:
     for key, value in node.items():
         if key in _DROP or key == "$defs":
             continue
+        if key == "const":  # a one-value Literal: the apiserver knows enum, not const
+            out["enum"] = [value]
+            continue
         if key == "properties":
             out[key] = {name: structural(prop, defs) for name, prop in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):

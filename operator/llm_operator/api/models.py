@@ -17,8 +17,12 @@ from llm_operator.api.rules import (
     QUANTITY_SCHEMA,
     RULES_ENV_VAR,
     RULES_FSX,
+    RULES_INIT_CONTAINER,
     RULES_JOB,
+    RULES_POD_METADATA,
+    RULES_POD_VOLUME,
     RULES_SPEC,
+    RULES_TRAINER_ENTRY,
 )
 
 GROUP = "elasticllm.dev"
@@ -202,6 +206,140 @@ class Scheduling(_Model):
     """Create a PodGroup (scheduling.x-k8s.io, minMember = minReplicas) for gang-aware schedulers."""
 
 
+_FREE: dict[str, JsonValue] = {"x-kubernetes-preserve-unknown-fields": True}
+_FREE_ITEMS: dict[str, JsonValue] = {
+    "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+}
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def _by_name(max_items: int) -> dict[str, JsonValue]:
+    """A list of named items: the apiserver refuses two items with one name."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"], "maxItems": max_items}
+
+
+class _Open(_Model):
+    """A core/v1 object of which only some fields are typed here; the others are kept as written."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class PodTemplateMetadata(_Model):
+    """Labels and annotations added to every worker pod."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_POD_METADATA))
+
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    """Pod labels (cost allocation, a service mesh opt-out, ...). Keys under elasticllm.dev/ and
+    kueue.x-k8s.io/, app.kubernetes.io/managed-by and scheduling.x-k8s.io/pod-group are the operator's and
+    refused."""
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
+    """Pod annotations (e.g. sidecar.istio.io/inject: "false"). Keys under elasticllm.dev/ are refused."""
+
+
+class VolumeMount(_Open):
+    """A core/v1 VolumeMount (name, mountPath, readOnly, subPath, ...)."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """The volume's name: one of spec.podTemplate.spec.volumes, or dshm / fsx (the operator's)."""
+    mountPath: str = Field(min_length=1, max_length=1024, pattern=ABSOLUTE_PATH)
+    """Absolute path in the container; /dev/shm, /dev/termination-log and spec.fsx.mountPath are refused."""
+
+
+class TrainerContainer(_Model):
+    """What a pod template adds to the training container: nothing else of it is the template's
+    (image, command, args, env, resources and ports come from the job's spec)."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_TRAINER_ENTRY))
+
+    name: str = Field(min_length=1, max_length=63)
+    """Must be trainer: the training container."""
+    volumeMounts: list[VolumeMount] = Field(default_factory=list, max_length=64)
+    """Mounts of spec.podTemplate.spec.volumes in the training container, after the operator's."""
+    envFrom: list[dict[str, Any]] = Field(default_factory=list, max_length=32, json_schema_extra=_FREE_ITEMS)
+    """ConfigMaps and Secrets whose keys become environment variables (core/v1 EnvFromSource). Variables the
+    operator and spec.env set explicitly win over them, as in any pod."""
+
+
+class Container(_Open):
+    """An init container or a native sidecar (restartPolicy: Always): a core/v1 Container."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_INIT_CONTAINER))
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    """Container name (trainer is the training container's)."""
+    image: str = Field(min_length=1, max_length=1024)
+    """Container image."""
+    restartPolicy: Literal["Always"] | None = None
+    """Always: a native sidecar (Kubernetes 1.29+), started before the trainer, kept running beside it and
+    stopped after it; unset: an init container that runs to completion before the trainer starts."""
+
+
+class Volume(_Open):
+    """A core/v1 Volume (configMap, secret, persistentVolumeClaim, csi, emptyDir, projected, ...)."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_POD_VOLUME))
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    """Volume name; dshm and fsx are the operator's."""
+
+
+class LocalObjectReference(_Model):
+    """A reference to an object in the job's namespace."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the object (a Secret of type kubernetes.io/dockerconfigjson for imagePullSecrets)."""
+
+
+class PodTemplateSpec(_Model):
+    """Pod fields merged into every worker pod. The operator's own fields (containers' resources, the
+    rendezvous env, /dev/shm, FSx, affinity, tolerations, restart policy, hostname) are not here: they come
+    from the job's spec (scheduling.*, resources, env, ...)."""
+
+    serviceAccountName: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
+    """ServiceAccount of the workers (EKS Pod Identity: the association names it; IRSA: its
+    eks.amazonaws.com/role-arn annotation)."""
+    automountServiceAccountToken: bool | None = None
+    """Mount the ServiceAccount's token (unset: the ServiceAccount's setting, true by default)."""
+    imagePullSecrets: list[LocalObjectReference] = Field(
+        default_factory=list, max_length=16, json_schema_extra=_by_name(16)
+    )
+    """Secrets to pull the images of the trainer and of the init and sidecar containers."""
+    volumes: list[Volume] = Field(default_factory=list, max_length=32, json_schema_extra=_by_name(32))
+    """Volumes besides the operator's (dshm, fsx): a dataset through the Mountpoint for S3 CSI driver, a
+    ConfigMap, a Secret, a PVC, ..."""
+    initContainers: list[Container] = Field(
+        default_factory=list, max_length=16, json_schema_extra=_by_name(16)
+    )
+    """Init containers and native sidecars (restartPolicy: Always), in order, before the trainer."""
+    containers: list[TrainerContainer] = Field(
+        default_factory=list, max_length=1, json_schema_extra=_by_name(1)
+    )
+    """At most one entry, named trainer: volumeMounts and envFrom added to the training container."""
+    securityContext: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_FREE)
+    """Pod-level security context (core/v1 PodSecurityContext: fsGroup, runAsUser, runAsNonRoot, ...)."""
+    dnsPolicy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] | None = None
+    """DNS policy of the workers (unset: ClusterFirst)."""
+    dnsConfig: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_FREE)
+    """Extra DNS settings (core/v1 PodDNSConfig: nameservers, searches, options)."""
+    hostAliases: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=32, json_schema_extra=_FREE_ITEMS
+    )
+    """Entries added to /etc/hosts (core/v1 HostAlias: ip, hostnames)."""
+    runtimeClassName: str | None = Field(default=None, max_length=253)
+    """RuntimeClass of the workers (e.g. nvidia)."""
+
+
+class PodTemplate(_Model):
+    """The user's pod settings, merged by the operator into every worker pod (docs/api.md, "Pod template")."""
+
+    metadata: PodTemplateMetadata = Field(default_factory=PodTemplateMetadata)
+    """Labels and annotations of the worker pods."""
+    spec: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+    """Pod fields of the worker pods."""
+
+
 class RuntimeRef(_Model):
     """The runtime (platform defaults) a job starts from."""
 
@@ -271,6 +409,10 @@ class LLMTrainingJobSpec(_Model):
     """Delete the finished pods this long after Succeeded/Failed (the job object stays)."""
     suspend: bool = False
     """True deletes the workers and keeps the job Suspended until set back to false."""
+    podTemplate: PodTemplate | None = None
+    """Pod settings merged into every worker pod: labels, annotations, serviceAccountName,
+    imagePullSecrets, volumes, init and sidecar containers, mounts and envFrom of the training container.
+    Fields the operator owns are refused, never overwritten (docs/api.md, "Pod template")."""
 
 
 class Condition(_Model):

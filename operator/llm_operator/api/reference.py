@@ -6,7 +6,17 @@ import json
 from typing import Any
 
 from llm_operator.api.crd import PRINTER_COLUMNS, RUNTIME_NAMES, crd, documented_spec_schema
-from llm_operator.api.rules import RULES_ENV_VAR, RULES_FSX, RULES_JOB, RULES_JOB_SPEC, RULES_SPEC
+from llm_operator.api.rules import (
+    RULES_ENV_VAR,
+    RULES_FSX,
+    RULES_INIT_CONTAINER,
+    RULES_JOB,
+    RULES_JOB_SPEC,
+    RULES_POD_METADATA,
+    RULES_POD_VOLUME,
+    RULES_SPEC,
+    RULES_TRAINER_ENTRY,
+)
 
 
 def _type(node: dict[str, Any]) -> str:
@@ -46,12 +56,83 @@ def _rows(node: dict[str, Any], path: str, required: set[str]) -> list[str]:
     return rows
 
 
+POD_TEMPLATE_SECTION = [
+    "## Pod template (`spec.podTemplate`)",
+    "",
+    "Your own pod settings, merged by the operator into every worker pod (`llmjob render` shows the result)."
+    " A runtime may carry one too: the job's wins, as with every field (labels and annotations by key;"
+    " `volumes`, `initContainers`, `imagePullSecrets` and `containers` by `name`).",
+    "",
+    "| field | into every worker pod |",
+    "|---|---|",
+    "| `metadata.labels`, `metadata.annotations` | added beside the operator's |",
+    "| `spec.serviceAccountName`, `automountServiceAccountToken`, `imagePullSecrets` | set as given |",
+    "| `spec.securityContext`, `dnsPolicy`, `dnsConfig`, `hostAliases`, `runtimeClassName` | set as given |",
+    "| `spec.volumes` | after the operator's `dshm` (/dev/shm) and `fsx` |",
+    "| `spec.initContainers` | init containers, and native sidecars with `restartPolicy: Always`: started"
+    " before the trainer, stopped after it, so a sidecar never keeps a finished or lost worker alive |",
+    "| `spec.containers` (one entry, `name: trainer`) | its `volumeMounts` after the trainer's own;"
+    " its `envFrom` on the trainer (the operator's env and `spec.env` win over it, as in any pod) |",
+    "",
+    "Placement stays in `spec.scheduling` (nodeSelector, tolerations, affinity, priorityClassName,"
+    " schedulerName) and the training container's image, command, args, env and resources in `spec`. Refused"
+    " at admission (CEL, the same rules in `llmjob render`), with the field named, never overwritten:",
+    "",
+    "- label keys under `elasticllm.dev/` and `kueue.x-k8s.io/`, `app.kubernetes.io/managed-by`,"
+    " `scheduling.x-k8s.io/pod-group` (the operator selects its workers on them; put Kueue labels on the"
+    " job); annotation keys under `elasticllm.dev/`;",
+    "- volumes named `dshm` or `fsx`; trainer mounts at `/dev/shm`, `/dev/termination-log` or"
+    " `spec.fsx.mountPath` (mounting the `fsx` volume elsewhere, with a `subPath`, is fine);",
+    "- a `containers` entry other than `trainer` (a sidecar goes in `initContainers` with"
+    " `restartPolicy: Always`), and any field of the `trainer` entry but `volumeMounts` and `envFrom`"
+    " (image, command, env, resources: GPU and EFA limits, ports, securityContext with `IPC_LOCK`);",
+    "- an init container named `trainer`; any pod field not listed above (`nodeName`, `hostNetwork`,"
+    " `restartPolicy`, ...).",
+    "",
+    "`llmjob render` also reports a mount that names no volume and two init containers with one name.",
+    "",
+    "### Example: S3 through EKS Pod Identity, a dataset volume and a log shipper",
+    "",
+    "EKS Pod Identity needs only the ServiceAccount (`aws eks create-pod-identity-association --cluster-name"
+    " C --namespace ml-training --service-account llama-s3"
+    " --role-arn arn:aws:iam::123456789012:role/llama-s3`);"
+    " with IRSA, annotate the ServiceAccount with `eks.amazonaws.com/role-arn` instead. Either way the job"
+    " names only the ServiceAccount:",
+    "",
+    "```yaml",
+    "spec:",
+    "  podTemplate:",
+    "    metadata:",
+    "      labels: {cost-center: research}",
+    '      annotations: {sidecar.istio.io/inject: "false"}',
+    "    spec:",
+    "      serviceAccountName: llama-s3          # Pod Identity / IRSA credentials for S3, CloudWatch, ECR",
+    "      imagePullSecrets: [{name: registry}]",
+    "      volumes:",
+    "        - name: dataset                     # Mountpoint for S3 CSI driver",
+    "          persistentVolumeClaim: {claimName: s3-dataset}",
+    "      initContainers:",
+    "        - name: log-shipper                 # a native sidecar",
+    "          image: public.ecr.aws/aws-observability/aws-for-fluent-bit:stable",
+    "          restartPolicy: Always",
+    "      containers:",
+    "        - name: trainer                     # the training container: mounts and envFrom only",
+    "          volumeMounts: [{name: dataset, mountPath: /data, readOnly: true}]",
+    "          envFrom: [{secretRef: {name: hf-token}}]",
+    "```",
+    "",
+]
+
+
 def reference() -> str:
     """The whole page."""
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec, status = documented_spec_schema(), schema["properties"]["status"]
     head = "| field | type | required | default | description |\n|---|---|---|---|---|"
-    rules = [r["rule"] for r in RULES_JOB + RULES_SPEC + RULES_JOB_SPEC + RULES_ENV_VAR + RULES_FSX]
+    pod_template = RULES_POD_METADATA + RULES_POD_VOLUME + RULES_TRAINER_ENTRY + RULES_INIT_CONTAINER
+    rules = [
+        r["rule"] for r in RULES_JOB + RULES_SPEC + RULES_JOB_SPEC + RULES_ENV_VAR + RULES_FSX + pod_template
+    ]
     runtime_kinds = "\n".join(
         f"| `{kind}` | {names['scope']} | `{names['plural']}` | `{'`, `'.join(names['shortNames'])}` |"
         for kind, names in RUNTIME_NAMES.items()
@@ -111,5 +192,6 @@ def reference() -> str:
         " `status.runtime` when it first resolves a job's reference and keeps using that copy: editing"
         " or deleting a runtime does not change the jobs that already use it.",
         "",
+        *POD_TEMPLATE_SECTION,
     ]
     return "\n".join(lines)

@@ -26,6 +26,22 @@ RESERVED_ENV_NAMES: tuple[str, ...] = (
 )
 RESERVED_ENV_PREFIXES: tuple[str, ...] = ("PET_", "TORCHELASTIC_", "LLMJOB_")
 
+# ------------------------------------------------------------------------------------ spec.podTemplate
+# What the operator owns in a worker pod (docs/api.md, "Pod template"): a pod template that names one of
+# these is refused at admission with the field named, never silently overwritten.
+TRAINER_CONTAINER = "trainer"
+"""The training container's name in every worker pod (and its entry in podTemplate.spec.containers)."""
+SHM_VOLUME = "dshm"
+FSX_VOLUME = "fsx"
+OPERATOR_VOLUMES: tuple[str, ...] = (SHM_VOLUME, FSX_VOLUME)
+SHM_PATH = "/dev/shm"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+OPERATOR_MOUNT_PATHS: tuple[str, ...] = (SHM_PATH, TERMINATION_MESSAGE_PATH)
+OPERATOR_LABEL_PREFIXES: tuple[str, ...] = ("elasticllm.dev/", "kueue.x-k8s.io/")
+OPERATOR_LABELS: tuple[str, ...] = ("app.kubernetes.io/managed-by", "scheduling.x-k8s.io/pod-group")
+OPERATOR_ANNOTATION_PREFIXES: tuple[str, ...] = ("elasticllm.dev/",)
+
+
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 ABSOLUTE_PATH = r"^/"
 # The pattern apiserver-generated schemas use for resource.Quantity.
@@ -81,6 +97,11 @@ RULES_JOB: list[dict[str, str]] = [
 # (gpusPerNode 8, fsx.mountPath /fsx, rendezvous.backend etcd-v3) where the rule needs one.
 _MOUNT = "(has(self.fsx.mountPath) ? self.fsx.mountPath : '/fsx')"
 _HAS_FP = "has(self.failurePolicy)"
+
+_PT_MOUNTS = (
+    "!has(self.podTemplate) || !has(self.podTemplate.spec) || !has(self.podTemplate.spec.containers)"
+    " || self.podTemplate.spec.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, "
+)
 
 SPARES_MESSAGE = (
     "'spec.spareReplicas needs spec.failurePolicy.recovery inProcess: a spare is a warm standby member of"
@@ -153,6 +174,15 @@ RULES_SPEC: list[dict[str, str]] = [
         "'spec.failurePolicy.nonRetryableExitCodes must be exit codes in [1, 255]'",
         ".failurePolicy.nonRetryableExitCodes",
     ),
+    _rule(
+        _PT_MOUNTS + f"!(m.mountPath in {_cel_list(OPERATOR_MOUNT_PATHS)})"
+        f" && (!has(self.fsx) || m.mountPath != {_MOUNT})))",
+        "'spec.podTemplate.spec.containers[trainer].volumeMounts: the mount paths "
+        + ", ".join(OPERATOR_MOUNT_PATHS)
+        + " and spec.fsx.mountPath are owned by the operator'",
+        ".podTemplate.spec.containers",
+        "FieldValueForbidden",
+    ),
 ]
 
 
@@ -207,5 +237,65 @@ RULES_FSX: list[dict[str, str]] = [
         " && !self.mountPath.contains('..'))",
         "'spec.fsx.mountPath (' + self.mountPath + ') must be an absolute path other than / without ..'",
         ".mountPath",
+    ),
+]
+
+
+def _no_prefix(var: str, prefixes: tuple[str, ...]) -> str:
+    return " && ".join(f"!{var}.startsWith('{p}')" for p in prefixes)
+
+
+RULES_POD_METADATA: list[dict[str, str]] = [
+    _rule(
+        f"!has(self.labels) || self.labels.all(k, {_no_prefix('k', OPERATOR_LABEL_PREFIXES)}"
+        f" && !(k in {_cel_list(OPERATOR_LABELS)}))",
+        "'spec.podTemplate.metadata.labels: keys under "
+        + ", ".join(p + "*" for p in OPERATOR_LABEL_PREFIXES)
+        + " and "
+        + ", ".join(OPERATOR_LABELS)
+        + " are owned by the operator (it selects its workers on them; Kueue labels go on the job"
+        " metadata)'",
+        ".labels",
+        "FieldValueForbidden",
+    ),
+    _rule(
+        f"!has(self.annotations) || self.annotations.all(k, {_no_prefix('k', OPERATOR_ANNOTATION_PREFIXES)})",
+        "'spec.podTemplate.metadata.annotations: keys under "
+        + ", ".join(p + "*" for p in OPERATOR_ANNOTATION_PREFIXES)
+        + " are owned by the operator'",
+        ".annotations",
+        "FieldValueForbidden",
+    ),
+]
+
+RULES_POD_VOLUME: list[dict[str, str]] = [
+    _rule(
+        f"!(self.name in {_cel_list(OPERATOR_VOLUMES)})",
+        "'spec.podTemplate.spec.volumes: the names "
+        + " and ".join(OPERATOR_VOLUMES)
+        + " are owned by the operator (/dev/shm from spec.sharedMemory, the FSx volume from spec.fsx)'",
+        ".name",
+        "FieldValueForbidden",
+    ),
+]
+
+RULES_TRAINER_ENTRY: list[dict[str, str]] = [
+    _rule(
+        f"self.name == '{TRAINER_CONTAINER}'",
+        f"'spec.podTemplate.spec.containers: only the training container (name: {TRAINER_CONTAINER}) can be"
+        " listed, to add volumeMounts and envFrom; a sidecar goes in spec.podTemplate.spec.initContainers"
+        " with restartPolicy: Always (a second regular container would keep a worker running after its"
+        " trainer exits)'",
+        ".name",
+        "FieldValueInvalid",
+    ),
+]
+
+RULES_INIT_CONTAINER: list[dict[str, str]] = [
+    _rule(
+        f"self.name != '{TRAINER_CONTAINER}'",
+        f"'spec.podTemplate.spec.initContainers: the name {TRAINER_CONTAINER} is the training container'",
+        ".name",
+        "FieldValueForbidden",
     ),
 ]

@@ -7,11 +7,14 @@ Merge rules (pure, table-tested in tests/unit/test_runtime.py):
 - objects (``resources``, ``fsx``, ``rendezvous``, ``failurePolicy``, ``scheduling``,
   ``scheduling.nodeSelector``) merge field by field, with the same rule at every level;
 - lists of named items merge by name, job last: ``env`` by ``name``, ``scheduling.tolerations`` by
-  ``(key, effect)``; the runtime's items the job does not name keep their order, then come the
-  job's items in the job's order (a job item replaces the runtime's item of the same name);
+  ``(key, effect)``, the pod template's ``imagePullSecrets``, ``volumes``, ``initContainers`` and
+  ``containers`` by ``name``; the runtime's items the job does not name keep their order, then come the
+  job's items in the job's order (a job item replaces the runtime's item of the same name whole);
+- the pod template's ``metadata.labels``, ``metadata.annotations`` and ``spec.securityContext`` merge key
+  by key like any object;
 - everything else is atomic: the job's value replaces the runtime's whole (``command``, ``args``,
   ``scheduling.instanceTypes``, ``scheduling.affinity``, ``failurePolicy.nonRetryableExitCodes``,
-  an env item's ``valueFrom``).
+  an env item's ``valueFrom``, ``podTemplate.spec.dnsConfig``, ``podTemplate.spec.hostAliases``).
 
 Every leaf of the merged spec remembers where it came from (``Merged.origins``), so a problem found
 on the merged spec can name the field and its source: ``(spec.maxReplicas from
@@ -38,13 +41,22 @@ from llm_operator.api.models import (
 
 JOB = "the job"
 
+
+def _name(item: Any) -> Any:
+    return item.get("name") if isinstance(item, dict) else repr(item)
+
+
 _NAMED_LISTS: dict[str, Callable[[Any], Any]] = {
-    "env": lambda item: item.get("name") if isinstance(item, dict) else repr(item),
+    "env": _name,
     "scheduling.tolerations": lambda item: (
         (item.get("key", ""), item.get("effect", "")) if isinstance(item, dict) else repr(item)
     ),
+    "podTemplate.spec.imagePullSecrets": _name,
+    "podTemplate.spec.volumes": _name,
+    "podTemplate.spec.initContainers": _name,
+    "podTemplate.spec.containers": _name,
 }
-_ATOMIC = {"scheduling.affinity"}
+_ATOMIC = {"scheduling.affinity", "podTemplate.spec.dnsConfig"}
 
 
 def describe(kind: str, name: str) -> str:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from llm_operator.api import crd
 from llm_operator.api.models import API_VERSION, KIND, RUNTIME_KINDS, LLMTrainingJob
-from llm_operator.api.rules import DETAILS, QUANTITY_PATTERN
+from llm_operator.api.rules import DETAILS, FSX_VOLUME, QUANTITY_PATTERN, SHM_VOLUME
 from llm_operator.api.runtime import Merged, annotate, describe, merge, ref_of, runtime_spec_model
 
 Problem = tuple[str, str]
@@ -94,6 +94,33 @@ def _quantity_problems(job: LLMTrainingJob) -> list[Problem]:
         for name, value in fields.items()
         if isinstance(value, str) and not _QUANTITY.match(value)
     ]
+
+
+def _pod_template_problems(job: LLMTrainingJob) -> list[Problem]:
+    """What CEL cannot see in spec.podTemplate: mounts of volumes that do not exist, two containers with
+    one name in initContainers."""
+    template = job.spec.podTemplate
+    if template is None:
+        return []
+    spec = template.spec
+    base = "spec.podTemplate.spec"
+    volumes = {v.name for v in spec.volumes} | {SHM_VOLUME} | ({FSX_VOLUME} if job.spec.fsx else set())
+    problems: list[Problem] = []
+    mounts = [(f"{base}.containers[{i}].volumeMounts", c.volumeMounts) for i, c in enumerate(spec.containers)]
+    for i, init in enumerate(spec.initContainers):
+        raw = (init.model_extra or {}).get("volumeMounts") or []
+        mounts.append((f"{base}.initContainers[{i}].volumeMounts", raw))
+    for where, items in mounts:
+        for j, mount in enumerate(items):
+            name = mount.name if not isinstance(mount, dict) else str(mount.get("name"))
+            if name not in volumes:
+                problems.append(
+                    (f"{where}[{j}]", f"{where}[{j}].name: {name} names no volume of {base}.volumes")
+                )
+    names = [c.name for c in spec.initContainers]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append((f"{base}.initContainers", f"{base}.initContainers: two containers named {name}"))
+    return problems
 
 
 @functools.lru_cache(maxsize=256)
@@ -197,7 +224,7 @@ def validate(manifest: Any, runtime: dict[str, Any] | None = None) -> Result:
         job = LLMTrainingJob.model_validate(body)
     except ValidationError as exc:
         return _result(pydantic_problems(exc), merged)
-    return _result(_quantity_problems(job) + cel_problems(job), merged, job)
+    return _result(_quantity_problems(job) + _pod_template_problems(job) + cel_problems(job), merged, job)
 
 
 def validate_runtime(doc: dict[str, Any]) -> list[str]:

@@ -9,8 +9,16 @@ from typing import Any
 
 from llm_operator import labels
 from llm_operator.api.models import LLMTrainingJob
+from llm_operator.api.rules import (
+    FSX_VOLUME,
+    SHM_PATH,
+    SHM_VOLUME,
+    TERMINATION_MESSAGE_PATH,
+    TRAINER_CONTAINER,
+)
 from llm_operator.builders import rendezvous
 from llm_operator.builders.common import child_metadata, job_uid
+from llm_operator.builders.pod_template import merge_pod_template
 from llm_operator.settings import TRAINER_METRICS_PORT
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -19,7 +27,6 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NODE_NAME_FIELD = "metadata.name"
 DIST_PORT = 29500
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 # libfabric / aws-ofi-nccl settings for p4d/p5 with EFA (user env overrides them).
 EFA_ENV: dict[str, str] = {
@@ -230,14 +237,17 @@ def _volumes(job: LLMTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, 
     shm: dict[str, Any] = {"medium": "Memory"}
     if job.spec.sharedMemory is not None:
         shm["sizeLimit"] = str(job.spec.sharedMemory)
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [{"name": SHM_VOLUME, "emptyDir": shm}]
+    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]
     if job.spec.fsx is not None:
         fsx = job.spec.fsx
         volumes.append(
-            {"name": "fsx", "persistentVolumeClaim": {"claimName": fsx.claimName, "readOnly": fsx.readOnly}}
+            {
+                "name": FSX_VOLUME,
+                "persistentVolumeClaim": {"claimName": fsx.claimName, "readOnly": fsx.readOnly},
+            }
         )
-        mounts.append({"name": "fsx", "mountPath": fsx.mountPath, "readOnly": fsx.readOnly})
+        mounts.append({"name": FSX_VOLUME, "mountPath": fsx.mountPath, "readOnly": fsx.readOnly})
     return volumes, mounts
 
 
@@ -256,7 +266,8 @@ def worker_pod(
 
     ``avoid_nodes``: nodes the operator judged lost, terminating or cordoned; the pod must not land there
     (a required ``metadata.name NotIn`` term, ANDed with the user's affinity and the instance types),
-    listed in the ``elasticllm.dev/avoided-nodes`` annotation.
+    listed in the ``elasticllm.dev/avoided-nodes`` annotation. ``spec.podTemplate`` is merged in last
+    (``builders.pod_template``), under the fields the operator owns.
     """
     name = labels.worker_name(job.metadata.name, index)
     extra = {labels.REPLICA_INDEX: str(index), labels.ATTEMPT: str(attempt)}
@@ -268,7 +279,7 @@ def worker_pod(
     command = wrapper or list(job.spec.command)
     args = [*job.spec.command, *job.spec.args] if wrapper else list(job.spec.args)
     container: dict[str, Any] = {
-        "name": "trainer",
+        "name": TRAINER_CONTAINER,
         "image": job.spec.image,
         "imagePullPolicy": job.spec.imagePullPolicy,
         "command": command,
@@ -308,7 +319,8 @@ def worker_pod(
     avoided = sorted(set(avoid_nodes))
     if avoided:
         metadata["annotations"] = {labels.AVOIDED_NODES: ",".join(avoided)}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    return merge_pod_template(pod, job.spec.podTemplate)
 
 
 def workers_service(job: LLMTrainingJob) -> dict[str, Any]:

@@ -53,6 +53,13 @@ def pod_template(job: LLMTrainingJob) -> dict[str, Any]:
     if requests:
         slim["resources"] = {"requests": requests, "limits": copy.deepcopy(requests)}
     template_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [slim]}
+    # Init containers and native sidecars of spec.podTemplate: Kueue adds what they request.
+    inits = [
+        {k: copy.deepcopy(c[k]) for k in ("name", "image", "restartPolicy", "resources") if k in c}
+        for c in spec.get("initContainers") or []
+    ]
+    if inits:
+        template_spec["initContainers"] = inits
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         if spec.get(key):
             template_spec[key] = copy.deepcopy(spec[key])
