@@ -265,6 +265,21 @@ def big_cpu_nodes(count: int) -> list[dict[str, Any]]:
     return out
 
 
+def bench_cluster(name: str) -> LocalCluster:
+    """Print the machine and versions, start the local cluster ``name`` (6 fake p5 nodes, 1 CPU node),
+    point KUBECONFIG at it and create the benchmark namespace."""
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} cores,"
+        f" {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+    )
+    print(f"versions: kubernetes {tools.KUBE_VERSION}, etcd {tools.ETCD_VERSION}, kwok {tools.KWOK_VERSION}")
+    cluster = LocalCluster(name)
+    cluster.up(gpu_nodes=6, cpu_nodes=1)
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    cluster.kube.run("create", "namespace", NS, check=False)
+    return cluster
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -274,16 +289,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {os.cpu_count()} cores,"
-        f" {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
-    )
-    print(f"versions: kubernetes {tools.KUBE_VERSION}, etcd {tools.ETCD_VERSION}, kwok {tools.KWOK_VERSION}")
-    cluster = LocalCluster("llmjob-bench")
-    cluster.up(gpu_nodes=6, cpu_nodes=1)
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    cluster = bench_cluster("llmjob-bench")
     kube = cluster.kube
-    kube.run("create", "namespace", NS, check=False)
     log = cluster.logs_dir / "bench-operator.log"
     op = start_operator(log)
     rec = Recorder()

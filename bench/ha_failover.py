@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -23,13 +22,19 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
-from elasticity import NS, Recorder, job_doc, percentile, status, workers  # bench/ is on sys.path
+from elasticity import (  # bench/ is on sys.path
+    NS,
+    Recorder,
+    bench_cluster,
+    job_doc,
+    percentile,
+    status,
+    workers,
+)
 from llm_operator import labels
 from llm_testbed.local_etcd import free_port
-from llm_testbed.localcluster import chaos, tools
-from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.kubectl import Kubectl
 from llm_testbed.localcluster.waiting import poll
 
@@ -124,16 +129,8 @@ def main() -> int:
     parser.add_argument("--lifetime", type=int, default=10, help="LLMJOB_PEERING_LIFETIME (default 10)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {os.cpu_count()} cores,"
-        f" {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
-    )
-    print(f"versions: kubernetes {tools.KUBE_VERSION}, etcd {tools.ETCD_VERSION}, kwok {tools.KWOK_VERSION}")
-    cluster = LocalCluster("llmjob-bench-ha")
-    cluster.up(gpu_nodes=6, cpu_nodes=1)
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    cluster = bench_cluster("llmjob-bench-ha")
     kube = cluster.kube
-    kube.run("create", "namespace", NS, check=False)
     serial = 0
 
     def replica() -> Replica:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator.api.models import API_VERSION, KIND, LLMTrainingJobSpec
-from llm_operator.convert.source import ConvertError, Node
+from llm_operator.convert.source import ConvertError, Node, Report
 
 # torchrun's rendezvous settings (rdzv_conf keys) and the job's fields for them.
 RDZV_CONF: dict[str, str] = {
@@ -16,6 +16,16 @@ RDZV_CONF: dict[str, str] = {
     "keep_alive_interval": "heartbeatSeconds",
     "keep_alive_max_attempt": "heartbeatMisses",
 }
+
+
+def open_document(doc: dict[str, Any], report: Report) -> tuple[dict[str, Any], Node]:
+    """A source object's new metadata and its ``spec`` node (apiVersion, kind and status are known)."""
+    root = Node(doc, "", report)
+    root.ignore("apiVersion", "kind", "status")
+    meta = metadata(root.child("metadata"))
+    source = root.child("spec")
+    root.done()
+    return meta, source
 
 
 def metadata(node: Node) -> dict[str, Any]:

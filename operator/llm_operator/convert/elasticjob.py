@@ -10,7 +10,7 @@ from typing import Any
 
 from llm_operator.convert import common
 from llm_operator.convert.pod import convert_pod
-from llm_operator.convert.source import ConvertError, Node, Report
+from llm_operator.convert.source import ConvertError, Report
 
 API_VERSION = "elastic.pytorch.org/v1alpha1"
 KIND = "ElasticJob"
@@ -18,11 +18,7 @@ CONTAINER = "elasticjob-worker"
 
 
 def convert(doc: dict[str, Any], report: Report) -> dict[str, Any]:
-    root = Node(doc, "", report)
-    root.ignore("apiVersion", "kind", "status")
-    meta = common.metadata(root.child("metadata"))
-    source = root.child("spec")
-    root.done()
+    meta, source = common.open_document(doc, report)
     spec: dict[str, Any] = {}
     for key in ("minReplicas", "maxReplicas"):
         value = source.take_int(key)

@@ -22,20 +22,15 @@ from llm_operator.api.rules import (
     TERMINATION_MESSAGE_PATH,
     TRAINER_CONTAINER,
 )
+from llm_operator.builders.pod_template import POD_FIELDS as TEMPLATE_POD_FIELDS
 from llm_operator.builders.worker import EFA_RESOURCE, GPU_RESOURCE
 from llm_operator.convert import launcher
 from llm_operator.convert.source import ConvertError, Node, Report
 
 OPERATOR_SETS = "set by the operator from the job's spec; dropped"
-POD_FIELDS = (
-    "automountServiceAccountToken",
-    "imagePullSecrets",
-    "securityContext",
-    "dnsPolicy",
-    "dnsConfig",
-    "hostAliases",
-    "runtimeClassName",
-)
+POD_FIELDS = tuple(f for f in TEMPLATE_POD_FIELDS if f != "serviceAccountName")
+"""The pod template's own fields a source pod carries as they are (the account is read apart: a source
+may spell it ``serviceAccount``)."""
 SCHEDULING_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "schedulerName")
 RESOURCES = {"cpu": "cpu", "memory": "memory", "ephemeral-storage": "ephemeralStorage"}
 

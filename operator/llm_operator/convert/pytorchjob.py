@@ -89,11 +89,7 @@ def _run_policy(policy: Node, spec: dict[str, Any]) -> None:
 
 
 def convert(doc: dict[str, Any], report: Report) -> dict[str, Any]:
-    root = Node(doc, "", report)
-    root.ignore("apiVersion", "kind", "status")
-    meta = common.metadata(root.child("metadata"))
-    source = root.child("spec")
-    root.done()
+    meta, source = common.open_document(doc, report)
     counts, templates = _replicas(source.child("pytorchReplicaSpecs"))
     role = "Worker" if "Worker" in templates else "Master"
     path = f"spec.pytorchReplicaSpecs.{role}.template"

@@ -178,11 +178,7 @@ def _trainer(trainer: Node, pod: dict[str, Any], container: str) -> dict[str, An
 
 
 def convert(doc: dict[str, Any], report: Report, documents: list[Any]) -> dict[str, Any]:
-    root = Node(doc, "", report)
-    root.ignore("apiVersion", "kind", "status")
-    meta = common.metadata(root.child("metadata"))
-    source = root.child("spec")
-    root.done()
+    meta, source = common.open_document(doc, report)
     kind, name, runtime = _find_runtime(source.child("runtimeRef"), documents)
     given: dict[str, Any] = {}
     if runtime is not None:
