@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from llm_operator import labels
 from llm_testbed.localcluster import chaos, restart
 
 from tests.support.wait import wait_for
 
 from .conftest import OperatorProcess
-from .kube_helpers import apply, running_workers, status, workers
+from .kube_helpers import apply, running_workers, workers
 from .test_elasticity import TIMEOUT, gpu_job, running_at, start, wait_gpus_free
 
 pytestmark = pytest.mark.cluster
@@ -100,8 +101,16 @@ class Invariants:
                 self._stop.wait(0.2)
 
     def sample(self) -> None:
-        pods = workers(self.cluster, self.namespace, self.name)
-        st = status(self.cluster, self.namespace, self.name)
+        """One look at the workers and the status; raises while the apiserver does not answer (the
+        helpers in kube_helpers would read that as "no pods", "no status": not a regression)."""
+        kube = self.cluster.kube
+        pods = kube.items(
+            "pods", "-l", f"{labels.JOB_NAME}={self.name},{labels.ROLE}=worker", namespace=self.namespace
+        )
+        job = kube.get("llmtrainingjob", self.name, self.namespace)
+        if job is None:
+            raise LookupError(f"job {self.name} not readable")
+        st = job.get("status") or {}
         self.samples += 1
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         indices = [p["metadata"]["labels"]["elasticllm.dev/replica-index"] for p in live]
