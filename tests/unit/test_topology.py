@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from llm_operator.api.models import LLMTrainingJob
+from llm_operator.builders.desired import desired_objects
 from llm_operator.builders.worker import worker_pod
 from llm_operator.builders.workload import TOPOLOGY_ANNOTATIONS, place, workload
 from llm_operator.labels import TOPOLOGY_DOMAIN
@@ -22,6 +23,7 @@ from llm_operator.policy.topology import (
     place as place_policy,
 )
 from llm_operator.reconcile import plan
+from llm_operator.settings import Settings
 from pydantic import ValidationError
 
 from .jobs import job, manifest
@@ -318,3 +320,11 @@ def test_topology_fields(topology: dict[str, Any], error: str | None) -> None:
         return
     with pytest.raises(ValidationError, match=error):
         job(scheduling={"topology": topology})
+
+
+def test_render_shows_the_first_placement() -> None:
+    pods = [o for o in desired_objects(_job("required"), Settings()) if o["kind"] == "Pod"]
+    assert len(pods) == 4
+    assert all(
+        p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] for p in pods
+    )
