@@ -328,3 +328,11 @@ def test_render_shows_the_first_placement() -> None:
     assert all(
         p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] for p in pods
     )
+
+
+def test_status_topology_cleared_when_the_spec_drops_it() -> None:
+    pods = [pod(0, node="n0"), pod(1, node="n1")]
+    before = _running(2, topology={"key": KEY, "domain": "b1", "domains": [], "spread": False})
+    p = plan(job(status=before, maxReplicas=2), pods, _nodes(), pods, NOW)
+    assert "topology" in p.status and p.status["topology"] is None
+    assert "topology" not in plan(job(status=_running(2), maxReplicas=2), pods, _nodes(), pods, NOW).status
