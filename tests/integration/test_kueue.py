@@ -282,6 +282,9 @@ def test_topology_aware_admission_and_replacement_in_the_block(
     assert sorted(nodes.block_of(p["spec"]["nodeName"]) for p in pods) == ["nn-l3-0", "nn-l3-0"]
     for pod in pods:
         assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] == nodes.BLOCK_LABEL
+        required = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        reserved = {"key": nodes.BLOCK_LABEL, "operator": "In", "values": ["nn-l3-0"]}
+        assert reserved in required["nodeSelectorTerms"][0]["matchExpressions"], "Kueue's assignment applied"
     assert status(cluster, namespace, "tas")["topology"]["domain"] == "nn-l3-0"
     lost = pods[0]["spec"]["nodeName"]
     chaos.node_not_ready(lost, kube=cluster.kube, wait=False)
