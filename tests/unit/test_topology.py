@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.desired import desired_objects
 from llm_operator.builders.worker import worker_pod
@@ -336,3 +337,12 @@ def test_status_topology_cleared_when_the_spec_drops_it() -> None:
     p = plan(job(status=before, maxReplicas=2), pods, _nodes(), pods, NOW)
     assert "topology" in p.status and p.status["topology"] is None
     assert "topology" not in plan(job(status=_running(2), maxReplicas=2), pods, _nodes(), pods, NOW).status
+
+
+def test_spread_jobs_gauge() -> None:
+    metrics.observe_topology("ml", "a", True)
+    metrics.observe_topology("ml", "b", True)
+    metrics.observe_topology("ml", "a", False)
+    assert metrics.TOPOLOGY_SPREAD._value.get() == 1
+    metrics.forget_job("ml", "b")
+    assert metrics.TOPOLOGY_SPREAD._value.get() == 0
