@@ -339,7 +339,9 @@ class JobController:
         for d in decided.delete:
             self.expect.expect_deleted(d.pod.uid)
         pods = [
-            self.kueue.place(worker_pod(job, index, decided.attempt, decided.avoid_nodes))
+            self.kueue.place(
+                worker_pod(job, index, decided.attempt, decided.avoid_nodes, decided.placement), job
+            )
             for index in decided.create
         ]
         created = await asyncio.gather(*(self.kube.create(p) for p in pods))
@@ -391,6 +393,9 @@ class JobController:
             status["readyReplicas"],
         )
         metrics.observe_progress(self.namespace, self.name, status.get("progress"), now)
+        metrics.observe_topology(
+            self.namespace, self.name, bool((status.get("topology") or {}).get("spread"))
+        )
 
     async def mark_node(self, node: str, check: str, body: kopf.Body, logger: kopf.Logger) -> None:
         """Opt-in: label and taint the node so no workload lands there; best effort (an Event on failure)."""

@@ -145,11 +145,13 @@ class KueueSync:
             await self._placement(verdict.flavors)
         return verdict
 
-    def place(self, pod: dict[str, Any]) -> dict[str, Any]:
+    def place(self, pod: dict[str, Any], job: LLMTrainingJob) -> dict[str, Any]:
         """A worker pod with the admitted flavor's placement (unchanged for jobs without Kueue)."""
         if not self.enabled or queue_name_of(pod) is None:
             return pod
-        return place(pod, self.node_selector, self.tolerations)
+        topology = job.spec.scheduling.topology
+        request = (topology.mode, topology.key) if topology is not None else None
+        return place(pod, self.node_selector, self.tolerations, request)
 
     async def after(
         self,

@@ -29,6 +29,10 @@ UNHEALTHY_NODE = f"{PREFIX}/unhealthy"
 # without the term (policy.placement.stale_avoidance).
 AVOIDED_NODES = f"{PREFIX}/avoided-nodes"
 
+# On a worker pod pinned to its job's survivors' domain (spec.scheduling.topology): the domain (a value of
+# the topology key), for people and tools; the operator reads the node's label, not this.
+TOPOLOGY_DOMAIN = f"{PREFIX}/topology-domain"
+
 # Test and chaos tooling: kwok stages turn a pod annotated with this into Failed/Succeeded.
 FAKE_EXIT_CODE = f"{PREFIX}/fake-exit-code"
 

@@ -64,7 +64,13 @@ REACTION = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
 )
 
+TOPOLOGY_SPREAD = Gauge(
+    "llmjob_topology_spread_jobs",
+    "Jobs with spec.scheduling.topology whose workers span more than one domain (status.topology.spread)",
+)
+
 _phases: dict[tuple[str, str], str] = {}
+_spread: set[tuple[str, str]] = set()
 
 
 def observe_job(namespace: str, job: str, phase: str, desired: int, target: int, ready: int) -> None:
@@ -94,9 +100,19 @@ def observe_progress(namespace: str, job: str, progress: Mapping[str, Any] | Non
             gauge.labels(namespace, job, *extra).set(value)
 
 
+def observe_topology(namespace: str, job: str, spread: bool) -> None:
+    """Record whether a job's workers span several topology domains after a pass."""
+    if spread:
+        _spread.add((namespace, job))
+    else:
+        _spread.discard((namespace, job))
+    TOPOLOGY_SPREAD.set(len(_spread))
+
+
 def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's series."""
     _phases.pop((namespace, job), None)
+    observe_topology(namespace, job, False)
     for kind in ("desired", "target", "ready"):
         with contextlib.suppress(KeyError):
             JOB_REPLICAS.remove(namespace, job, kind)

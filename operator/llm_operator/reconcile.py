@@ -7,6 +7,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | rule | step |
 |---|---|
 | nodes new pods avoid, grace-period wake-ups | ``steps.placement.observe_nodes`` |
+| workers per topology domain, the survivors' domain | ``steps.topology.observe_topology`` |
 | exit 78: node recorded unhealthy and avoided | ``steps.nodehealth.record_unhealthy`` |
 | pending worker avoiding a node usable again: re-created | ``steps.placement.renew_stale_avoidance`` |
 | stuck Terminating pods force-deleted | ``steps.failures.force_stuck_terminating`` |
@@ -21,10 +22,12 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | suspend | ``steps.suspend.suspend`` |
 | Kueue: no workers until admitted | ``steps.admission.hold_until_admitted`` |
 | finished: stop workers, TTL | ``steps.finish.finish`` |
+| topology terms of new workers (survivors' domain) | ``steps.topology.place_workers`` |
 | inProcess: failed workers leave the live membership | ``steps.live.evict_live_members`` |
 | checkpointDir not on a shared volume (warning) | ``steps.storage.checkpoint_sharing`` |
 | Kueue's verdict as condition + Event | ``steps.admission.admission_verdict`` |
 | a straggler replaced (condition) | ``steps.nodehealth.straggler_condition`` |
+| status.topology, TopologySpread Event | ``steps.topology.topology_status`` |
 | phase, conditions, status record | ``steps.status.status`` |
 | training progress and goodput (bounded rate) | ``steps.progress.report_progress`` |
 """
@@ -50,6 +53,7 @@ from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
 from llm_operator.steps.storage import checkpoint_sharing
 from llm_operator.steps.suspend import suspend
+from llm_operator.steps.topology import observe_topology, place_workers, topology_status
 
 __all__ = ["STEPS", "TERMINAL", "Deletion", "Plan", "plan"]
 
@@ -57,6 +61,7 @@ Step = Callable[[PassState], None]
 
 STEPS: tuple[Step, ...] = (
     observe_nodes,
+    observe_topology,
     record_unhealthy,
     renew_stale_avoidance,
     force_stuck_terminating,
@@ -71,10 +76,12 @@ STEPS: tuple[Step, ...] = (
     suspend,
     hold_until_admitted,
     finish,
+    place_workers,
     evict_live_members,
     checkpoint_sharing,
     admission_verdict,
     straggler_condition,
+    topology_status,
     status,
     report_progress,
 )

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from llm_testbed.localcluster import marks
+from llm_testbed.localcluster import marks, nodes
 from llm_testbed.localcluster.kubectl import Kubectl, KubectlError
 from llm_testbed.localcluster.ports import is_free
 from llm_testbed.localcluster.tools import GROUPS, ensure
@@ -45,6 +45,12 @@ SECRET = "kueue-webhook-server-cert"  # noqa: S105 (a Secret's name)
 FLAVOR = "p5-48xlarge"
 CLUSTER_QUEUE = "gpu-cluster-queue"
 LOCAL_QUEUE = "gpu-queue"
+# Topology-aware scheduling (TAS): a Topology of the GPU nodes' EKS network levels (lowest: layer-3
+# blocks; no hostname level, see docs/platform.md), a flavor that names it, a queue of its own.
+TOPOLOGY = "p5-network"
+TAS_FLAVOR = "p5-48xlarge-tas"
+TAS_CLUSTER_QUEUE = "gpu-tas-cluster-queue"
+TAS_LOCAL_QUEUE = "gpu-tas-queue"
 GPUS_PER_NODE = 8
 QUOTA_NODES = 4
 # Kueue rejects a workload that requests a resource its ClusterQueue does not cover: cover what
@@ -219,14 +225,33 @@ def queue_objects(
     return objects
 
 
-def local_queue(namespace: str, name: str = LOCAL_QUEUE) -> dict[str, Any]:
+def local_queue(
+    namespace: str, name: str = LOCAL_QUEUE, cluster_queue: str = CLUSTER_QUEUE
+) -> dict[str, Any]:
     """A LocalQueue in ``namespace`` feeding the ClusterQueue."""
     return {
         "apiVersion": API,
         "kind": "LocalQueue",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"clusterQueue": CLUSTER_QUEUE},
+        "spec": {"clusterQueue": cluster_queue},
     }
+
+
+def topology_objects(namespace: str, gpu_nodes: int = QUOTA_NODES) -> list[dict[str, Any]]:
+    """Topology (the fake p5 nodes' network levels), a flavor naming it, a ClusterQueue with
+    ``gpu_nodes`` nodes' GPUs on that flavor and a LocalQueue ``TAS_LOCAL_QUEUE`` in ``namespace``."""
+    topology = {
+        "apiVersion": API,
+        "kind": "Topology",
+        "metadata": {"name": TOPOLOGY},
+        "spec": {"levels": [{"nodeLabel": level} for level in nodes.TOPOLOGY_LEVELS]},
+    }
+    flavor, queue = queue_objects(gpu_nodes, preemption=False)
+    flavor["metadata"]["name"] = TAS_FLAVOR
+    flavor["spec"]["topologyName"] = TOPOLOGY
+    queue["metadata"]["name"] = TAS_CLUSTER_QUEUE
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["name"] = TAS_FLAVOR
+    return [topology, flavor, queue, local_queue(namespace, TAS_LOCAL_QUEUE, TAS_CLUSTER_QUEUE)]
 
 
 @dataclass
@@ -280,19 +305,28 @@ class Kueue:
         )
         self._wait(self._webhook_listening, timeout, "Kueue's webhook server listening")
 
-    def set_up_queues(self, namespace: str, gpu_nodes: int = QUOTA_NODES, timeout: float = 60.0) -> None:
-        """Flavor, ClusterQueue and a LocalQueue in ``namespace``; wait until Kueue reports them Active."""
-        objects = queue_objects(gpu_nodes, namespace=namespace)
+    def set_up_queues(
+        self, namespace: str, gpu_nodes: int = QUOTA_NODES, timeout: float = 60.0, topology: bool = False
+    ) -> None:
+        """Flavor, ClusterQueue and a LocalQueue in ``namespace``; wait until Kueue reports them Active.
+
+        ``topology``: the TAS set instead (``topology_objects``: LocalQueue ``TAS_LOCAL_QUEUE``)."""
+        if topology:
+            objects = topology_objects(namespace, gpu_nodes)
+            cluster_queue, queue = TAS_CLUSTER_QUEUE, TAS_LOCAL_QUEUE
+        else:
+            objects = queue_objects(gpu_nodes, namespace=namespace)
+            cluster_queue, queue = CLUSTER_QUEUE, LOCAL_QUEUE
         self._wait(lambda: self._apply_ok(objects), timeout, "Kueue queues accepted by its webhooks")
         self._wait(
-            lambda: _condition(self.kube.get("clusterqueue", CLUSTER_QUEUE) or {}, "Active") == "True",
+            lambda: _condition(self.kube.get("clusterqueue", cluster_queue) or {}, "Active") == "True",
             timeout,
-            "ClusterQueue Active",
+            f"ClusterQueue {cluster_queue} Active",
         )
         self._wait(
-            lambda: _condition(self.kube.get("localqueue", LOCAL_QUEUE, namespace) or {}, "Active") == "True",
+            lambda: _condition(self.kube.get("localqueue", queue, namespace) or {}, "Active") == "True",
             timeout,
-            "LocalQueue Active",
+            f"LocalQueue {queue} Active",
         )
 
     def stop(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from llm_testbed import kueue as local_kueue
-from llm_testbed.localcluster import chaos
+from llm_testbed.localcluster import chaos, nodes
 
 from tests.support.wait import wait_for
 
@@ -48,6 +48,22 @@ def queues(cluster: Any, kueue: local_kueue.Kueue, namespace: str) -> Iterator[l
         return (cq.get("status") or {}).get("reservingWorkloads", 0) == 0
 
     wait_for(quota_free, TIMEOUT, "ClusterQueue without reserving Workloads")
+
+
+@pytest.fixture
+def tas_queues(cluster: Any, kueue: local_kueue.Kueue, namespace: str) -> Iterator[local_kueue.Kueue]:
+    """Topology (the fake p5 nodes' EKS network levels), a flavor naming it, a ClusterQueue with 32 GPUs on
+    that flavor and LocalQueue ``gpu-tas-queue``; afterwards as ``queues``."""
+    kueue.set_up_queues(namespace, topology=True)
+    yield kueue
+    cluster.kubectl("delete", "llmtrainingjobs", "--all", "-n", namespace, "--wait=false", check=False)
+    cluster.kubectl("delete", "workloads.kueue.x-k8s.io", "--all", "-n", namespace, check=False)
+
+    def quota_free() -> bool:
+        cq = cluster.kube.get("clusterqueue", local_kueue.TAS_CLUSTER_QUEUE) or {}
+        return (cq.get("status") or {}).get("reservingWorkloads", 0) == 0
+
+    wait_for(quota_free, TIMEOUT, "TAS ClusterQueue without reserving Workloads")
 
 
 def kueue_job(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
@@ -238,3 +254,51 @@ def test_job_without_queue_label_has_no_workload(
     wait_running(cluster, namespace, "plain", 1, "plain job Running")
     assert workload(cluster, namespace, "plain") == {}
     assert not any(c["type"] == "Admitted" for c in status(cluster, namespace, "plain")["conditions"])
+
+
+def test_topology_aware_admission_and_replacement_in_the_block(
+    cluster: Any, namespace: str, tas_queues: Any, operator: Any
+) -> None:
+    """Kueue TAS admits the job into the one layer-3 block that holds it (nn-l3-0: gpu-node-0..2; nn-l3-1
+    has one node); the workers run there, and a lost worker's replacement stays there although
+    gpu-node-3 (other block) is free."""
+    wait_gpus_free(cluster)
+    topology = {"key": nodes.BLOCK_LABEL, "mode": "required"}
+    doc = kueue_job(
+        namespace,
+        "tas",
+        minReplicas=1,
+        maxReplicas=2,
+        scheduling={"instanceTypes": ["p5.48xlarge"], "topology": topology},
+    )
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": local_kueue.TAS_LOCAL_QUEUE}
+    assert apply(cluster, doc).returncode == 0
+    wait_running(cluster, namespace, "tas", 2, "tas Running at 2")
+    wl = workload(cluster, namespace, "tas")
+    assert wl["spec"]["podSets"][0]["topologyRequest"] == {"required": nodes.BLOCK_LABEL}
+    assignment = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    assert nodes.BLOCK_LABEL in assignment["levels"], assignment
+    pods = live_workers(cluster, namespace, "tas")
+    assert sorted(nodes.block_of(p["spec"]["nodeName"]) for p in pods) == ["nn-l3-0", "nn-l3-0"]
+    for pod in pods:
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] == nodes.BLOCK_LABEL
+        required = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        reserved = {"key": nodes.BLOCK_LABEL, "operator": "In", "values": ["nn-l3-0"]}
+        assert reserved in required["nodeSelectorTerms"][0]["matchExpressions"], "Kueue's assignment applied"
+    assert status(cluster, namespace, "tas")["topology"]["domain"] == "nn-l3-0"
+    lost = pods[0]["spec"]["nodeName"]
+    chaos.node_not_ready(lost, kube=cluster.kube, wait=False)
+
+    def replaced() -> list[dict[str, Any]] | None:
+        now = [
+            p
+            for p in live_workers(cluster, namespace, "tas")
+            if p.get("status", {}).get("phase") == "Running"
+        ]
+        placed = {p["spec"]["nodeName"] for p in now}
+        return (
+            now if len(now) == 2 and lost not in placed and running_at(cluster, namespace, "tas", 2) else None
+        )
+
+    after = wait_for(replaced, TIMEOUT, "the lost worker replaced")
+    assert sorted(nodes.block_of(p["spec"]["nodeName"]) for p in after) == ["nn-l3-0", "nn-l3-0"]

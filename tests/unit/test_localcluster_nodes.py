@@ -55,3 +55,12 @@ def test_node_ips_and_pod_ranges_are_stable_and_distinct() -> None:
 def test_negative_counts_are_rejected() -> None:
     with pytest.raises(ValueError, match="node counts must be >= 0"):
         nodes.cluster_nodes(-1, 2)
+
+
+def test_gpu_nodes_carry_eks_topology_labels_in_blocks() -> None:
+    made = nodes.cluster_nodes(5, 1)
+    blocks = [n["metadata"]["labels"].get(nodes.BLOCK_LABEL) for n in made]
+    assert blocks == ["nn-l3-0", "nn-l3-0", "nn-l3-0", "nn-l3-1", "nn-l3-1", None]
+    labels = made[0]["metadata"]["labels"]
+    assert all(level in labels for level in nodes.TOPOLOGY_LEVELS)
+    assert nodes.block_of("gpu-node-7") == "nn-l3-2"

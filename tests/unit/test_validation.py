@@ -120,6 +120,21 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         manifest(healthCheck={"stragglerFactor": 0.5}),
         "spec.healthCheck.stragglerFactor",
     ),
+    (
+        "topology on hosts",
+        manifest(scheduling={"topology": {"key": "kubernetes.io/hostname"}}),
+        "spec.scheduling.topology.key kubernetes.io/hostname would put every worker on one node",
+    ),
+    (
+        "topology without key",
+        manifest(scheduling={"topology": {"mode": "required"}}),
+        "spec.scheduling.topology.key",
+    ),
+    (
+        "topology unknown mode",
+        manifest(scheduling={"topology": {"key": "a/b", "mode": "always"}}),
+        "spec.scheduling.topology.mode",
+    ),
     ("unknown field", manifest(replicaz=3), "spec.replicaz: unknown field"),
     ("wrong type", manifest(minReplicas="two"), "spec.minReplicas"),
     ("command as string", manifest(command="python train.py"), "spec.command"),

@@ -131,7 +131,8 @@ def input_spec(kind: str = models.KIND) -> dict[str, Any]:
 
     A job's spec may leave any field to its runtime, so the apiserver must not fill in defaults (they
     would always win over the runtime) and cannot require what a runtime may supply: a job without
-    spec.runtimeRef still must set minReplicas, maxReplicas, image and fsx.claimName (RULES_JOB_SPEC).
+    spec.runtimeRef still must set minReplicas, maxReplicas, image, fsx.claimName and scheduling.topology.key
+    (RULES_JOB_SPEC).
     A runtime's spec has every field of a job's but runtimeRef, all optional.
     """
     spec = copy.deepcopy(documented_spec_schema())
@@ -139,6 +140,7 @@ def input_spec(kind: str = models.KIND) -> dict[str, Any]:
     spec.pop("required", None)
     if kind == models.KIND:
         spec["properties"]["fsx"].pop("required", None)
+        spec["properties"]["scheduling"]["properties"]["topology"].pop("required", None)
         spec["x-kubernetes-validations"] = [*spec.get("x-kubernetes-validations", []), *RULES_JOB_SPEC]
     else:
         del spec["properties"]["runtimeRef"]

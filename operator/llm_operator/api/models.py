@@ -22,7 +22,9 @@ from llm_operator.api.rules import (
     RULES_POD_METADATA,
     RULES_POD_VOLUME,
     RULES_SPEC,
+    RULES_TOPOLOGY,
     RULES_TRAINER_ENTRY,
+    TOPOLOGY_KEY,
 )
 
 GROUP = "elasticllm.dev"
@@ -182,6 +184,25 @@ class HealthCheck(_Model):
     worker has a GPU)."""
 
 
+class Topology(_Model):
+    """Keep the job's workers in one network domain: the nodes that share a value of a node label, e.g.
+    `topology.k8s.aws/network-node-layer-3` on EKS (docs/platform.md, "Topology"). The first workers go
+    to one domain; every replacement and grown worker goes to the domain most of the running workers
+    are in (the survivors' domain). When it has no room, `mode` decides."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_TOPOLOGY))
+
+    key: str = Field(min_length=1, max_length=316, pattern=TOPOLOGY_KEY)
+    """The node label whose value names a domain (a topology level), e.g.
+    topology.k8s.aws/network-node-layer-3. Not kubernetes.io/hostname: workers take a node each."""
+    mode: Literal["preferred", "required"] = "preferred"
+    """preferred (default): a worker that does not fit in the survivors' domain runs in another one (the
+    job spreads: Warning Event TopologySpread, status.topology.spread). required: it waits for room in
+    that domain; after failurePolicy.pendingTimeoutSeconds the job shrinks to what runs there (never
+    below minReplicas; below it, belowMinTimeoutSeconds applies), and grows back only into that domain.
+    With Kueue, the Workload's podSet asks for this level (topologyRequest) in the same mode."""
+
+
 class Scheduling(_Model):
     """Where worker pods may run."""
 
@@ -204,6 +225,8 @@ class Scheduling(_Model):
     """Allowed EC2 instance types (node.kubernetes.io/instance-type), e.g. [p5.48xlarge]."""
     gangScheduling: bool = False
     """Create a PodGroup (scheduling.x-k8s.io, minMember = minReplicas) for gang-aware schedulers."""
+    topology: Topology | None = None
+    """Place the workers in one network domain (unset: anywhere the scheduler likes)."""
 
 
 _FREE: dict[str, JsonValue] = {"x-kubernetes-preserve-unknown-fields": True}
@@ -531,6 +554,33 @@ class UnhealthyNode(_Model):
     """When the worker exited (RFC 3339)."""
 
 
+class TopologyDomain(_Model):
+    """One domain (a value of spec.scheduling.topology.key) and how many of the job's workers run there."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = ""
+    """The label's value on the nodes of the domain."""
+    workers: int = 0
+    """The job's workers bound to nodes of the domain."""
+
+
+class TopologyStatus(_Model):
+    """Where the job's workers are, by spec.scheduling.topology.key."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    key: str = ""
+    """The node label the domains are values of."""
+    domain: str = ""
+    """The survivors' domain: where most workers run (new workers go there); empty before the first is
+    bound."""
+    domains: list[TopologyDomain] = Field(default_factory=list, max_length=64)
+    """Every domain the job's bound workers occupy, most workers first."""
+    spread: bool = False
+    """The workers occupy more than one domain."""
+
+
 class LLMTrainingJobStatus(_Model):
     """What the operator observed and decided (written once per reconcile pass)."""
 
@@ -585,6 +635,8 @@ class LLMTrainingJobStatus(_Model):
     """The runtime named by spec.runtimeRef, copied when the job first resolved it."""
     progress: TrainingProgress | None = None
     """Training progress and goodput from the workers' metrics; unset when they serve none."""
+    topology: TopologyStatus | None = None
+    """The domains the workers occupy (jobs with spec.scheduling.topology only)."""
 
 
 class ObjectMeta(_Model):

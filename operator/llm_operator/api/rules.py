@@ -43,6 +43,11 @@ OPERATOR_ANNOTATION_PREFIXES: tuple[str, ...] = ("elasticllm.dev/",)
 
 
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# A qualified label key: optional DNS-subdomain prefix and '/', then a name (what Kueue's TopologyLevel
+# nodeLabel allows).
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+TOPOLOGY_KEY = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+HOSTNAME_KEY = "kubernetes.io/hostname"
 ABSOLUTE_PATH = r"^/"
 # The pattern apiserver-generated schemas use for resource.Quantity.
 _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -205,6 +210,10 @@ RULES_JOB_SPEC: list[dict[str, str]] = [
     _required("fsx.claimName", "!has(self.fsx) || has(self.fsx.claimName)"),
     # Spares without recovery inProcess in the job itself: the runtime may set it (RULES_SPEC then checks
     # the merged spec, where recovery defaults to restart).
+    _required(
+        "scheduling.topology.key",
+        "!has(self.scheduling) || !has(self.scheduling.topology) || has(self.scheduling.topology.key)",
+    ),
     _rule(
         "has(self.runtimeRef) || !has(self.spareReplicas) || self.spareReplicas == 0"
         f" || ({_HAS_FP} && has(self.failurePolicy.recovery) && self.failurePolicy.recovery == 'inProcess')",
@@ -297,5 +306,14 @@ RULES_INIT_CONTAINER: list[dict[str, str]] = [
         f"'spec.podTemplate.spec.initContainers: the name {TRAINER_CONTAINER} is the training container'",
         ".name",
         "FieldValueForbidden",
+    ),
+]
+
+RULES_TOPOLOGY: list[dict[str, str]] = [
+    _rule(
+        f"!has(self.key) || self.key != '{HOSTNAME_KEY}'",
+        f"'spec.scheduling.topology.key {HOSTNAME_KEY} would put every worker on one node (a worker"
+        " takes a node): name a network level, e.g. topology.k8s.aws/network-node-layer-3'",
+        ".key",
     ),
 ]

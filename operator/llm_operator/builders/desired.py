@@ -8,6 +8,7 @@ from llm_operator import labels
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.rendezvous import rendezvous_network_policy, rendezvous_objects
 from llm_operator.builders.worker import pod_group, worker_pod, workers_service
+from llm_operator.policy.topology import Placement
 from llm_operator.settings import Settings
 
 
@@ -30,7 +31,13 @@ def desired_objects(job: LLMTrainingJob, settings: Settings, size: int | None = 
     if size is None:
         size = 0 if job.spec.suspend else job.desired_replicas + job.spare_replicas
     attempt = job.status.restarts
-    return [*support_objects(job, settings), *(worker_pod(job, i, attempt) for i in range(size))]
+    topology = job.spec.scheduling.topology
+    # A new job's workers, as the operator makes them: the first placement (pod affinity on the key).
+    first = Placement(topology.key, topology.mode) if topology is not None else None
+    return [
+        *support_objects(job, settings),
+        *(worker_pod(job, i, attempt, (), first) for i in range(size)),
+    ]
 
 
 def is_spare(job: LLMTrainingJob, pod: dict[str, Any]) -> bool:

@@ -19,6 +19,7 @@ from llm_operator.api.rules import (
 from llm_operator.builders import rendezvous
 from llm_operator.builders.common import child_metadata, job_uid
 from llm_operator.builders.pod_template import merge_pod_template
+from llm_operator.policy.topology import Placement
 from llm_operator.settings import TRAINER_METRICS_PORT
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -207,8 +208,50 @@ def _and_into_required(affinity: dict[str, Any], kind: str, requirement: dict[st
         term.setdefault(kind, []).append(copy.deepcopy(requirement))
 
 
-def _affinity(job: LLMTrainingJob, avoid_nodes: Iterable[str] = ()) -> dict[str, Any]:
-    """User affinity + instance types + nodes to avoid (ANDed into every required term) + spread."""
+TOPOLOGY_WEIGHT = 100
+"""Weight of a preferred topology term: the most a term can weigh, so it outweighs the spread term."""
+TARGET_WEIGHT = 50
+"""Weight of the first placement's preference for the roomiest domain (pod affinity decides first)."""
+
+
+def _topology_terms(job: LLMTrainingJob, affinity: dict[str, Any], placement: Placement) -> None:
+    """Topology terms of ``placement`` (policy.topology): node affinity to the survivors' domain, or pod
+    affinity on the key for the first workers; Kueue's assigned domains as a requirement."""
+    key, required = placement.key, placement.mode == "required"
+    if placement.allowed:
+        _and_into_required(affinity, "matchExpressions", _in(key, placement.allowed))
+    node = affinity.setdefault("nodeAffinity", {})
+    if placement.home:
+        if required:
+            _and_into_required(affinity, "matchExpressions", _in(key, [placement.home]))
+        else:
+            node.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+                {"weight": TOPOLOGY_WEIGHT, "preference": {"matchExpressions": [_in(key, [placement.home])]}}
+            )
+        return
+    if placement.target:
+        node.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+            {"weight": TARGET_WEIGHT, "preference": {"matchExpressions": [_in(key, [placement.target])]}}
+        )
+    term = {"topologyKey": key, "labelSelector": {"matchLabels": labels.selector(job.metadata.name)}}
+    pod = affinity.setdefault("podAffinity", {})
+    if required:
+        pod.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(term)
+    else:
+        pod.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+            {"weight": TOPOLOGY_WEIGHT, "podAffinityTerm": term}
+        )
+
+
+def _in(key: str, values: Iterable[str]) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": sorted(set(values))}
+
+
+def _affinity(
+    job: LLMTrainingJob, avoid_nodes: Iterable[str] = (), placement: Placement | None = None
+) -> dict[str, Any]:
+    """User affinity + instance types + nodes to avoid (ANDed into every required term) + topology
+    (``placement``) + spread over hosts."""
     affinity = copy.deepcopy(job.spec.scheduling.affinity)
     types = job.spec.scheduling.instanceTypes
     if types:
@@ -220,6 +263,8 @@ def _affinity(job: LLMTrainingJob, avoid_nodes: Iterable[str] = ()) -> dict[str,
     for name in sorted(set(avoid_nodes)):
         field = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [name]}
         _and_into_required(affinity, "matchFields", field)
+    if placement is not None:
+        _topology_terms(job, affinity, placement)
     anti = affinity.setdefault("podAntiAffinity", {})
     anti.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
         {
@@ -260,14 +305,20 @@ def metrics_ports(nproc: int) -> list[dict[str, Any]]:
 
 
 def worker_pod(
-    job: LLMTrainingJob, index: int, attempt: int, avoid_nodes: Iterable[str] = ()
+    job: LLMTrainingJob,
+    index: int,
+    attempt: int,
+    avoid_nodes: Iterable[str] = (),
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     """The worker pod for replica ``index`` made in restart ``attempt``.
 
     ``avoid_nodes``: nodes the operator judged lost, terminating or cordoned; the pod must not land there
     (a required ``metadata.name NotIn`` term, ANDed with the user's affinity and the instance types),
-    listed in the ``elasticllm.dev/avoided-nodes`` annotation. ``spec.podTemplate`` is merged in last
-    (``builders.pod_template``), under the fields the operator owns.
+    listed in the ``elasticllm.dev/avoided-nodes`` annotation. ``placement``: the topology terms of a
+    job with spec.scheduling.topology (``policy.topology``); the pod's domain is in the
+    ``elasticllm.dev/topology-domain`` annotation when it is pinned to one. ``spec.podTemplate`` is
+    merged in last (``builders.pod_template``), under the fields the operator owns.
     """
     name = labels.worker_name(job.metadata.name, index)
     extra = {labels.REPLICA_INDEX: str(index), labels.ATTEMPT: str(attempt)}
@@ -306,7 +357,7 @@ def worker_pod(
         "containers": [container],
         "volumes": volumes,
         "tolerations": tolerations(job),
-        "affinity": _affinity(job, avoid_nodes),
+        "affinity": _affinity(job, avoid_nodes, placement),
     }
     sched = job.spec.scheduling
     if sched.nodeSelector:
@@ -318,7 +369,9 @@ def worker_pod(
     metadata = child_metadata(job, name, labels.ROLE_WORKER, extra)
     avoided = sorted(set(avoid_nodes))
     if avoided:
-        metadata["annotations"] = {labels.AVOIDED_NODES: ",".join(avoided)}
+        metadata.setdefault("annotations", {})[labels.AVOIDED_NODES] = ",".join(avoided)
+    if placement is not None and placement.home:
+        metadata.setdefault("annotations", {})[labels.TOPOLOGY_DOMAIN] = placement.home
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
     return merge_pod_template(pod, job.spec.podTemplate)
 

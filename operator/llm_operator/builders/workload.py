@@ -5,7 +5,11 @@ describes the workers: ``count`` is the desired size plus the spares (``requeste
 nodes and count against quota like any worker), ``minCount`` is ``minReplicas`` (Kueue may admit any
 size in between: partial admission; the operator then runs the training workers first, spares from
 what is left), the template carries what Kueue accounts for (requests) and
-what its flavor assignment matches (node selector, affinity, tolerations).
+what its flavor assignment matches (node selector, affinity, tolerations). A job with
+``spec.scheduling.topology`` asks for its level in the podSet's ``topologyRequest`` (Kueue TAS: the
+flavor needs a ``topologyName``); the operator then places the workers in the assigned domains itself
+and marks them with Kueue's podset topology annotation, so Kueue counts their nodes once (as the
+Workload's usage, not again as usage of pods outside TAS).
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 WORKLOADS = "workloads"
 PODSET = "workers"
 MAX_NAME = 253
+TOPOLOGY_ANNOTATIONS = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
 
 
 def queue_name(job: LLMTrainingJob) -> str | None:
@@ -80,6 +88,9 @@ def workload(job: LLMTrainingJob, count: int, priority: int | None = None) -> di
     podset: dict[str, Any] = {"name": PODSET, "count": count, "template": pod_template(job)}
     if minimum < count:
         podset["minCount"] = minimum
+    topology = job.spec.scheduling.topology
+    if topology is not None:
+        podset["topologyRequest"] = {topology.mode: topology.key}
     spec: dict[str, Any] = {"queueName": queue, "podSets": [podset]}
     pclass = job.spec.scheduling.priorityClassName
     if pclass:
@@ -95,16 +106,24 @@ def workload(job: LLMTrainingJob, count: int, priority: int | None = None) -> di
 
 
 def place(
-    pod: dict[str, Any], node_selector: dict[str, str], tolerations: list[dict[str, Any]]
+    pod: dict[str, Any],
+    node_selector: dict[str, str],
+    tolerations: list[dict[str, Any]],
+    topology: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A worker pod with the admitted flavor's node labels and tolerations added (what Kueue injects).
 
     The queue labels are dropped: the Workload was admitted for the whole gang, and a cluster with
-    Kueue's plain-pod integration would otherwise queue every pod a second time.
+    Kueue's plain-pod integration would otherwise queue every pod a second time. ``topology`` (mode,
+    key) of a job with spec.scheduling.topology adds Kueue's podset topology annotation: Kueue then
+    treats the pod as placed by TAS and does not count its node's resources a second time.
     """
     out = copy.deepcopy(pod)
     for key in labels.PASSTHROUGH_LABELS:
         out["metadata"].get("labels", {}).pop(key, None)
+    if topology is not None:
+        mode, level = topology
+        out["metadata"].setdefault("annotations", {})[TOPOLOGY_ANNOTATIONS[mode]] = level
     spec = out["spec"]
     if node_selector:
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **node_selector}

@@ -30,6 +30,8 @@ class Admission:
     cleared: bool = False
     """Evicted and the admission already released (waiting to be admitted again)."""
     conditions: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    topology: dict[str, Any] | None = field(default=None, compare=False)
+    """The workers' podSet ``topologyAssignment`` (Kueue TAS), None without one."""
 
     @property
     def admitted(self) -> bool:
@@ -68,12 +70,16 @@ def read(workload: dict[str, Any] | None) -> Admission:
     )
     count = 0
     flavors: tuple[str, ...] = ()
+    topology: dict[str, Any] | None = None
     if assigned is not None:
+        topology = assigned.get("topologyAssignment") or None
         count = int(assigned["count"]) if assigned.get("count") is not None else requested
         flavors = tuple(sorted(set((assigned.get("flavors") or {}).values())))
 
     def verdict(state: State, admitted: int, reason: str, message: str, cleared: bool = False) -> Admission:
-        return Admission(state, admitted, requested, flavors, reason, message, cleared, tuple(conditions))
+        return Admission(
+            state, admitted, requested, flavors, reason, message, cleared, tuple(conditions), topology
+        )
 
     finished = _condition(conditions, "Finished")
     if finished is not None and _true(finished):

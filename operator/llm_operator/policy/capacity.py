@@ -38,13 +38,13 @@ def fits(job: LLMTrainingJob, node: NodeView) -> bool:
     return node.allocatable_gpus >= job.spec.gpusPerNode
 
 
-def free_slots(
+def free_nodes(
     job: LLMTrainingJob,
     nodes: Iterable[NodeView],
     all_workers: Iterable[PodView],
     job_workers: Iterable[PodView],
     avoid: Iterable[str] = (),
-) -> int:
+) -> list[NodeView]:
     """Nodes that fit the job and have room: GPUs left for GPU jobs, no worker of this job for CPU jobs.
     ``avoid``: nodes the job's new workers must not use (bad or found unhealthy)."""
     used_gpus: dict[str, int] = {}
@@ -52,10 +52,27 @@ def free_slots(
         if pod.node and not pod.terminal:
             used_gpus[pod.node] = used_gpus.get(pod.node, 0) + pod.gpus
     own_nodes = {pod.node for pod in job_workers if pod.node and not pod.terminal} | set(avoid)
-    count = 0
+    out = []
     for node in nodes:
         if not fits(job, node) or node.name in own_nodes:
             continue
         if node.allocatable_gpus - used_gpus.get(node.name, 0) >= job.spec.gpusPerNode:
-            count += 1
-    return count
+            out.append(node)
+    return out
+
+
+def free_slots(
+    job: LLMTrainingJob,
+    nodes: Iterable[NodeView],
+    all_workers: Iterable[PodView],
+    job_workers: Iterable[PodView],
+    avoid: Iterable[str] = (),
+    domain: tuple[str, str] | None = None,
+) -> int:
+    """How many free nodes (``free_nodes``) there are; with ``domain`` (label key, value), only those
+    in that topology domain."""
+    found = free_nodes(job, nodes, all_workers, job_workers, avoid)
+    if domain is not None:
+        key, value = domain
+        found = [n for n in found if n.label(key) == value]
+    return len(found)

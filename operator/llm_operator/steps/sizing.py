@@ -37,7 +37,12 @@ def resize(s: PassState) -> None:
             stuck_pending=len(stuck),
             free_slots=0,
             count_free_slots=lambda: free_slots(
-                s.job, s.nodes.values(), s.all_workers, [p for p, _ in s.verdicts], s.out.avoid_nodes
+                s.job,
+                s.nodes.values(),
+                s.all_workers,
+                [p for p, _ in s.verdicts],
+                s.out.avoid_nodes,
+                _growth_domain(s),
             ),
             now=s.now,
             last_resize=s.last_resize,
@@ -58,6 +63,15 @@ def resize(s: PassState) -> None:
         s.out.events.append(("Normal", decision.reason, f"target size {s.target} -> {decision.target}"))
         s.last_resize = s.now
     s.target = decision.target
+
+
+def _growth_domain(s: PassState) -> tuple[str, str] | None:
+    """With a required topology, the job grows only into its survivors' domain: count free nodes there
+    (a node elsewhere would take a worker that waits for ever, then shrink again)."""
+    topology = s.job.spec.scheduling.topology
+    if topology is None or topology.mode != "required" or not s.home:
+        return None
+    return topology.key, s.home
 
 
 def count_restart(s: PassState) -> None:

@@ -16,6 +16,7 @@ from llm_operator.observe import NodeView, PodView, parse_time
 from llm_operator.policy.admission import Admission
 from llm_operator.policy.health import Health, assess
 from llm_operator.policy.progress import Progress
+from llm_operator.policy.topology import Placement
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -51,6 +52,8 @@ class Plan:
     unhealthy: list[tuple[str, str]] = field(default_factory=list)
     """(node, check) of nodes found unhealthy this pass, for metrics and node marking."""
     requeue_at: float | None = None
+    placement: Placement | None = None
+    """Topology terms of the workers in ``create`` (jobs with spec.scheduling.topology)."""
 
     def wake_at(self, when: float | None) -> None:
         """Ask for another pass no later than ``when``."""
@@ -97,6 +100,12 @@ class PassState:
     """Lost or failed workers are being replaced this pass (a restart)."""
     renewing: set[str] = field(default_factory=set)
     """Pending workers deleted this pass to be re-created without stale avoid terms (not stuck)."""
+    occupied: dict[str, int] = field(default_factory=dict)
+    """Active bound workers per topology domain, most first (jobs with spec.scheduling.topology)."""
+    home: str = ""
+    """The survivors' domain: where most active workers are bound ("" when none is, or no topology)."""
+    topology: dict[str, Any] | None = None
+    """status.topology as decided this pass (jobs with spec.scheduling.topology)."""
     extra_conditions: list[dict[str, Any]] = field(default_factory=list)
     """Conditions beyond the phase-derived ones (CheckpointNotShared, Stalled), merged by the status step."""
     out: Plan = field(default_factory=Plan)

@@ -68,6 +68,8 @@ def status(s: PassState) -> None:
         "belowMinSince": format_time(s.below_min_since) if s.below_min_since else None,
         "rendezvousEndpoint": rendezvous.endpoint(job),
     }
+    if s.topology is not None or old.topology is not None:  # None clears it once the spec drops topology
+        record["topology"] = s.topology
     conds = conditions(phase, s.target, s.desired, size_note, message, job.metadata.generation)
     conds += s.extra_conditions
     record["conditions"] = merge_conditions([c.model_dump() for c in old.conditions], conds, s.now)

@@ -3,6 +3,11 @@
 GPU nodes look like EKS p5.48xlarge nodes (8 H100 behind the NVIDIA device plugin, 32 EFA interfaces
 behind the EFA device plugin, the GPU AMI's NoSchedule taint); CPU nodes look like m5.2xlarge nodes,
 untainted, where rendezvous servers and other small pods land.
+
+GPU nodes carry EKS's network topology labels (``topology.k8s.aws/network-node-layer-1..3``, as on p5
+nodes): one layer-1 and one layer-2 domain, and layer-3 blocks of ``BLOCK_SIZE`` nodes by the number in
+the node's name (``gpu-node-0..2`` in ``nn-l3-0``, ``gpu-node-3..5`` in ``nn-l3-1``, ...), so the
+default 4 GPU nodes form a block of 3 and a block of 1 and an added ``gpu-node-<i>`` joins block i // 3.
 """
 
 from __future__ import annotations
@@ -92,6 +97,23 @@ def _slot(name: str) -> tuple[int, int]:
     return 2, int.from_bytes(hashlib.sha256(name.encode()).digest()[:2], "big") % 2048
 
 
+TOPOLOGY_LEVELS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3))
+BLOCK_LABEL = TOPOLOGY_LEVELS[-1]
+BLOCK_SIZE = 3
+
+
+def block_of(name: str) -> str:
+    """The layer-3 block (value of ``BLOCK_LABEL``) of a GPU node, by the number in its name."""
+    m = _STANDARD_NAME.match(name)
+    index = int(m.group(2)) if m else _slot(name)[1]
+    return f"nn-l3-{index // BLOCK_SIZE}"
+
+
+def topology_labels(name: str) -> dict[str, str]:
+    """EKS network topology labels of a GPU node (see the module's docstring)."""
+    return {TOPOLOGY_LEVELS[0]: "nn-l1-0", TOPOLOGY_LEVELS[1]: "nn-l2-0", BLOCK_LABEL: block_of(name)}
+
+
 def node_ip(name: str) -> str:
     """A stable private address per node (10.128.0.0/10), like a node's VPC address on EKS."""
     kind, index = _slot(name)
@@ -124,6 +146,7 @@ def node_manifest(name: str, kind: NodeKind, zone: str) -> dict[str, Any]:
                 "topology.kubernetes.io/zone": zone,
                 marks.NODE_ROLE_LABEL: kind,
                 **shape.labels,
+                **(topology_labels(name) if kind == "gpu" else {}),
             },
         },
         "spec": {
