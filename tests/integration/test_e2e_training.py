@@ -138,17 +138,6 @@ def _check_progress(t: Training, watch: StatusWatch) -> None:
     print(f"status writes seen: {len(versions)}, progress updates {len(stamps)} (gaps min {min(gaps):.1f}s)")
 
 
-def test_node_deleted_survivor_resumes_and_grows_back_c10d(train: Training) -> None:
-    """The Node object deleted (instance gone), c10d rendezvous pod; a new node of the same name returns."""
-    train.apply(training.training_job(JOB, train.ns, minimum=1, maximum=2, steps=5000, backend="c10d"))
-    kube = train.cluster.kube
-    _lost_node_story(
-        train,
-        lambda node: chaos.delete_node(node, kube=kube, wait=False),
-        lambda node: chaos.add_node(node, kube=kube),
-    )
-
-
 def test_termination_taint_stops_gracefully_without_replay(train: Training) -> None:
     """A Karpenter disruption taint: the operator deletes the worker gracefully, the trainer checkpoints on
     SIGTERM, the survivor resumes from exactly the last step (nothing replayed); grows back once cleared."""

@@ -1,32 +1,40 @@
-"""spec.podTemplate on the local control plane: workers with a ServiceAccount (its token mounted), a second
-volume and a native sidecar, through a node loss.
+"""spec.podTemplate for real: a job whose workers have a ServiceAccount (its token mounted), a ConfigMap
+volume and a native sidecar trains on ``process_cluster`` (pods as processes) through a node loss.
 
-The nodes are kwok's fake p5.48xlarge nodes (the local pod runner does not run init containers): the
-apiserver's admission mounts the ServiceAccount token, kwok reports the sidecar running, and the test
-checks the lost worker is replaced with the same pod settings while its sidecar never holds it up.
+The node-deleted story of test_e2e_training (c10d rendezvous pod; the Node object deleted, a new one of
+that name returns), with the pod template: the sidecar runs beside each trainer, the trainer sees the
+ConfigMap's files and a real ServiceAccount token, the survivor resumes at 1, and the replacement worker
+(sidecar first, then the trainer) grows the job back to 2: the sidecar never holds anything up.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_testbed import training
 from llm_testbed.localcluster import chaos
 
-from tests.support.wait import wait_for
+from .e2e_support import JOB, Training
+from .test_e2e_training import _lost_node_story
 
-from .kube_helpers import apply, running_workers, workers
-from .test_elasticity import TIMEOUT, pod_named, replaced, start, status_when
-
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)]
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+SIDECAR_SCRIPT = "import time\nwhile True:\n    print('shipping', flush=True)\n    time.sleep(5)"
 POD_TEMPLATE = {
     "metadata": {"labels": {"cost-center": "research"}, "annotations": {"sidecar.istio.io/inject": "false"}},
     "spec": {
         "serviceAccountName": "trainer-s3",
         "volumes": [{"name": "settings", "configMap": {"name": "trainer-settings"}}],
         "initContainers": [
-            {"name": "log-shipper", "image": "fluent/fluent-bit:3.0", "restartPolicy": "Always"}
+            {
+                "name": "log-shipper",
+                "image": "fluent/fluent-bit:3.0",
+                "restartPolicy": "Always",
+                "command": ["python", "-u", "-c", SIDECAR_SCRIPT],
+            }
         ],
         "containers": [
             {"name": "trainer", "volumeMounts": [{"name": "settings", "mountPath": "/etc/trainer"}]}
@@ -44,46 +52,57 @@ def _check_pod_settings(pod: dict[str, Any]) -> None:
     mounts = {m["mountPath"]: m["name"] for m in trainer["volumeMounts"]}
     assert mounts["/etc/trainer"] == "settings" and mounts["/dev/shm"] == "dshm"
     assert mounts[TOKEN_PATH].startswith("kube-api-access-"), "the ServiceAccount token is mounted"
-    assert [c["name"] for c in spec["initContainers"]] == ["log-shipper"]
-    assert spec["initContainers"][0]["restartPolicy"] == "Always"
+    assert [(c["name"], c["restartPolicy"]) for c in spec["initContainers"]] == [("log-shipper", "Always")]
 
 
-def _sidecar_running(pod: dict[str, Any]) -> bool:
-    states = pod.get("status", {}).get("initContainerStatuses") or []
-    return any(s["name"] == "log-shipper" and "running" in (s.get("state") or {}) for s in states)
+def _check_running_worker(pod: dict[str, Any]) -> None:
+    """Its sidecar runs and its trainer sees the ConfigMap file and a token (through the trainer's own
+    mount namespace: /proc/PID/root)."""
+    _check_pod_settings(pod)
+    (sidecar,) = pod["status"]["initContainerStatuses"]
+    assert "running" in sidecar["state"], sidecar
+    (trainer,) = pod["status"]["containerStatuses"]
+    pid = int(trainer["containerID"].removeprefix("podrunner://"))
+    assert _read_in(pid, "/etc/trainer/optimizer") == "adamw"
+    assert _read_in(pid, f"{TOKEN_PATH}/token").count(".") == 2, "a JWT from the TokenRequest API"
+    assert _read_in(pid, f"{TOKEN_PATH}/namespace") == pod["metadata"]["namespace"]
 
 
-def test_service_account_volume_and_sidecar_through_a_node_loss(
-    cluster: Any, namespace: str, operator: Any
-) -> None:
+def _read_in(pid: int, path: str) -> str:
+    """A file as the process ``pid`` sees it (its mount namespace; symlinks such as /var/run -> /run are
+    the machine's, resolved here since /proc/PID/root would resolve absolute ones outside it)."""
+    return Path(f"/proc/{pid}/root{os.path.realpath(path)}").read_text()
+
+
+def test_service_account_volume_and_sidecar_train_through_a_node_loss(train: Training) -> None:
+    ns, kube = train.ns, train.cluster.kube
     account = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {"name": "trainer-s3", "namespace": namespace},
+        "metadata": {"name": "trainer-s3", "namespace": ns},
     }
-    settings = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "trainer-settings", "namespace": namespace},
-        "data": {"optimizer": "adamw"},
-    }
-    for doc in (account, settings):
-        assert apply(cluster, doc).returncode == 0
-    pods = start(cluster, namespace, 3, replicas=3, podTemplate=POD_TEMPLATE)
-    for pod in pods:
-        _check_pod_settings(pod)
-    wait_for(
-        lambda: all(_sidecar_running(p) for p in running_workers(cluster, namespace, "llama")),
-        TIMEOUT,
-        "every worker's sidecar running",
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"optimizer": "adamw"},
+                "metadata": {"name": "trainer-settings", "namespace": ns}}  # fmt: skip
+    kube.apply([account, settings])
+    job = training.training_job(JOB, ns, minimum=1, maximum=2, steps=5000, backend="c10d")
+    job["spec"]["podTemplate"] = POD_TEMPLATE
+    train.apply(job)
+    before: dict[str, str] = {}
+
+    def check_workers() -> None:
+        for index in (0, 1):
+            pod = train.worker_on(index)
+            _check_running_worker(pod)
+            before[pod["metadata"]["name"]] = pod["metadata"]["uid"]
+
+    _lost_node_story(
+        train,
+        lambda node: chaos.delete_node(node, kube=kube, wait=False),
+        lambda node: chaos.add_node(node, kube=kube),
+        check_workers,
     )
-    victim = pod_named(pods, "-worker-1")
-    chaos.node_not_ready(victim["spec"]["nodeName"], kube=cluster.kube, wait=False)
-    now = wait_for(replaced(cluster, namespace, victim), TIMEOUT, "lost worker replaced, sidecar and all")
-    assert victim["spec"]["nodeName"] not in {p["spec"]["nodeName"] for p in now}
-    st = status_when(cluster, namespace, "Running at 3 again", phase="Running", readyReplicas=3)
-    assert st["restarts"] == 1
-    for pod in workers(cluster, namespace, "llama"):
-        if not pod["metadata"].get("deletionTimestamp"):
-            _check_pod_settings(pod)
-    assert all(_sidecar_running(p) for p in running_workers(cluster, namespace, "llama"))
+    replacement = train.worker_on(1)
+    assert replacement["metadata"]["uid"] != before[f"{JOB}-worker-1"], "worker-1 was replaced"
+    _check_running_worker(replacement)
+    log = train.cluster.pod_log(ns, f"{JOB}-worker-1", "log-shipper")
+    assert "shipping" in log.read_text(), "the replacement's sidecar ran"

@@ -560,3 +560,98 @@ def test_runner_restart_reports_lost_processes(process_cluster: LocalCluster, pr
         return st if "running" in st.get("state", {}) and st.get("restartCount") == 1 else None
 
     wait_for(restarted, timeout=30, what="pod always running again with restartCount 1")
+
+
+def _sleeper(name: str, script: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": "python:3.11", "command": ["python", "-u", "-c", textwrap.dedent(script)],
+            "volumeMounts": [{"name": "work", "mountPath": "/shared-dir"}], **extra}  # fmt: skip
+
+
+def test_init_container_then_sidecar_then_main_and_the_sidecar_stops_after(
+    process_cluster: LocalCluster, process_namespace: str
+) -> None:
+    """A regular init container runs to completion first, a native sidecar starts next and stays up while
+    the main container runs, and is stopped once it is done: the pod Succeeds whatever the sidecar does."""
+    c, ns = process_cluster, process_namespace
+    prepare = _sleeper("prepare", 'open("/shared-dir/prepared", "w").write("ok")')
+    shipper = _sleeper(
+        "shipper",
+        """
+        import os, time
+        assert os.path.exists("/shared-dir/prepared"), "the init container ran first"
+        while True:
+            open("/shared-dir/shipper", "w").write(str(os.getpid()))
+            time.sleep(0.2)
+        """,
+        restartPolicy="Always",
+    )
+    main = """
+        import os, time
+        assert open("/shared-dir/prepared").read() == "ok"
+        while not os.path.exists("/shared-dir/shipper"):
+            time.sleep(0.1)
+        print("sidecar up while main runs")
+        """
+    pod = _pod(
+        "with-init",
+        main,
+        container={"volumeMounts": [{"name": "work", "mountPath": "/shared-dir"}]},
+        volumes=[{"name": "work", "emptyDir": {}}],
+        initContainers=[prepare, shipper],
+    )
+    _create(c, ns, pod)
+    done = wait_for(lambda: _terminated(c, ns, "with-init"), timeout=60, what="pod with-init to finish")
+    logs = {n: c.pod_log(ns, "with-init", n) for n in ("prepare", "shipper", "main")}
+    text = {n: p.read_text() if p.is_file() else "" for n, p in logs.items()}
+    assert done["status"]["phase"] == "Succeeded", (text, done["status"])
+    assert "sidecar up while main runs" in _log(c, ns, "with-init")
+    inits = {s["name"]: s for s in done["status"]["initContainerStatuses"]}
+    assert inits["prepare"]["state"]["terminated"]["exitCode"] == 0
+    stopped = inits["shipper"]["state"]["terminated"]
+    assert stopped["exitCode"] == 143 and inits["shipper"]["restartCount"] == 0, "stopped by SIGTERM, once"
+    main_end = done["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+    assert stopped["finishedAt"] >= main_end, "the sidecar is stopped after the main container"
+    conditions = {x["type"]: x["status"] for x in done["status"]["conditions"]}
+    assert conditions["Initialized"] == "True"
+
+
+def test_service_account_token_reaches_the_api_and_config_map_files(
+    process_cluster: LocalCluster, process_namespace: str
+) -> None:
+    """The apiserver's kube-api-access volume gets a real token (TokenRequest), ca.crt and the namespace:
+    the container authenticates as its ServiceAccount; a configMap volume has the ConfigMap's files."""
+    c, ns = process_cluster, process_namespace
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}}
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+                "data": {"optimizer": "adamw"}}  # fmt: skip
+    script = """
+        import json, os, ssl, urllib.request
+        sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+        token = open(f"{sa}/token").read()
+        ctx = ssl.create_default_context(cafile=f"{sa}/ca.crt")
+        url = "https://{}:{}/apis/authentication.k8s.io/v1/selfsubjectreviews".format(
+            os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        req = urllib.request.Request(url, json.dumps(body).encode(), method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        review = json.load(urllib.request.urlopen(req, context=ctx))
+        print("user", review["status"]["userInfo"]["username"], "namespace", open(f"{sa}/namespace").read())
+        print("optimizer", open("/etc/settings/optimizer").read())
+        try:
+            open("/etc/settings/optimizer", "w")
+        except OSError:
+            print("settings read-only")
+        """
+    pod = _pod(
+        "api-user",
+        script,
+        serviceAccountName="reader",
+        container={"volumeMounts": [{"name": "settings", "mountPath": "/etc/settings"}]},
+        volumes=[{"name": "settings", "configMap": {"name": "settings"}}],
+    )
+    _create(c, ns, account, settings, pod)
+    done = wait_for(lambda: _terminated(c, ns, "api-user"), timeout=60, what="pod api-user to finish")
+    log = _log(c, ns, "api-user")
+    assert done["status"]["phase"] == "Succeeded", log
+    assert f"user system:serviceaccount:{ns}:reader namespace {ns}" in log
+    assert "optimizer adamw" in log and "settings read-only" in log

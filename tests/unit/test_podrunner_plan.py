@@ -139,11 +139,12 @@ def test_container_plan_has_hostname_workdir_and_mounts() -> None:
     ]
 
 
-def test_unknown_volume_mount_and_init_containers_are_rejected() -> None:
+def test_unknown_volume_mount_and_other_init_restart_policies_are_rejected() -> None:
     with pytest.raises(plan.PlanError, match="names no volume"):
         plan.mounts_for({"name": "c", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}, {})
-    with pytest.raises(plan.PlanError, match="initContainers"):
-        plan.check_pod(_pod(initContainers=[{"name": "i"}]))
+    plan.check_pod(_pod(initContainers=[{"name": "i"}, {"name": "s", "restartPolicy": "Always"}]))
+    with pytest.raises(plan.PlanError, match=r"spec.initContainers\[0\].restartPolicy"):
+        plan.check_pod(_pod(initContainers=[{"name": "i", "restartPolicy": "OnFailure"}]))
 
 
 def test_volume_dirs_map_claims_to_shared_pv_dirs_and_empty_dirs_per_pod() -> None:
@@ -153,6 +154,7 @@ def test_volume_dirs_map_claims_to_shared_pv_dirs_and_empty_dirs_per_pod() -> No
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
             {"name": "scratch", "emptyDir": {}},
             {"name": "token", "projected": {"sources": []}},
+            {"name": "s3", "csi": {"driver": "s3.csi.aws.com"}},
         ]
     )
     dirs = volumes.volume_dirs(
@@ -162,7 +164,8 @@ def test_volume_dirs_map_claims_to_shared_pv_dirs_and_empty_dirs_per_pod() -> No
         "fsx": "/st/volumes/pv/pv-1",
         "dshm": "/dev/shm/r/c/u1/dshm",
         "scratch": "/st/pods/u1/volumes/scratch",
-        "token": None,
+        "token": "/st/pods/u1/volumes/token",
+        "s3": None,
     }
     assert volumes.claims(pod) == ["fsx-claim"]
     with pytest.raises(volumes.VolumeNotReady, match="fsx-claim is not bound"):

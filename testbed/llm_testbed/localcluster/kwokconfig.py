@@ -21,7 +21,8 @@ CONFIG_API = "config.kwok.x-k8s.io/v1alpha1"
 # their canonical names (an unknown name stops kube-controller-manager). Kept on: node lifecycle
 # (NotReady, taints, marking pods not ready), taint eviction, pod GC, namespaces, garbage collection,
 # deployments/replicasets (rendezvous servers), jobs, services/endpoint slices, service accounts,
-# disruption budgets (evictions), ClusterRole aggregation and service CIDRs.
+# disruption budgets (evictions), ClusterRole aggregation, service CIDRs and the root CA publisher
+# (kube-root-ca.crt in every namespace: the ca.crt of a pod's kube-api-access volume).
 DISABLED_CONTROLLERS = (
     "cronjob-controller",
     "horizontal-pod-autoscaler-controller",
@@ -39,7 +40,6 @@ DISABLED_CONTROLLERS = (
     "certificatesigningrequest-approving-controller",
     "certificatesigningrequest-cleaner-controller",
     "podcertificaterequest-cleaner-controller",
-    "root-ca-certificate-publisher-controller",
     "storageversion-garbage-collector-controller",
     "resourceclaim-controller",
     "device-taint-eviction-controller",

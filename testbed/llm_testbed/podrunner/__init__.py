@@ -7,6 +7,9 @@ and honours deletion, grace periods and node loss. Modules, one job each:
 
 - :mod:`.expand`  kubelet's ``$(VAR)`` expansion (pure)
 - :mod:`.plan`    pod spec -> what to launch: argv, env, mounts, hostname (pure)
+- :mod:`.initcontainers` init containers and native sidecars: the kubelet's rules (pure)
+- :mod:`.projected` configMap/secret/downwardAPI/projected volumes -> files (pure);
+  :mod:`.apivolumes` fetches the objects and ServiceAccount tokens and writes them
 - :mod:`.network` pod IP pool and per-pod hosts files (pure)
 - :mod:`.status`  pod status documents (pure)
 - :mod:`.launch`  the in-namespace launcher every container starts through

@@ -105,6 +105,27 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    @property
+    def server(self) -> str:
+        """The apiserver's URL (``https://HOST:PORT``)."""
+        return str(self.api.configuration.host)
+
+    async def create_token(
+        self, namespace: str, account: str, *, audience: str | None, seconds: int, pod: Mapping[str, Any]
+    ) -> str:
+        """A ServiceAccount token from the TokenRequest API, bound to ``pod`` (as a kubelet asks for one)."""
+        meta = pod["metadata"]
+        spec: dict[str, Any] = {
+            "expirationSeconds": seconds,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        }
+        if audience:
+            spec["audiences"] = [audience]
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+        data = await self.json("POST", path, body=body)
+        return str(data["status"]["token"])
+
     async def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
         """Finish a graceful deletion (what a kubelet does once the containers are gone)."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,

@@ -9,7 +9,7 @@ the argv become the pod IP, so two pods that listen on the same port do not coll
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,8 +149,13 @@ def hostname(pod: Mapping[str, Any]) -> str:
     return str(spec.get("hostname") or pod["metadata"]["name"])[:63]
 
 
-def mounts_for(container: Mapping[str, Any], volume_dirs: Mapping[str, str | None]) -> list[Mount]:
-    """The container's ``volumeMounts`` as bind mounts (volumes mapped to ``None`` are left out)."""
+def mounts_for(
+    container: Mapping[str, Any],
+    volume_dirs: Mapping[str, str | None],
+    read_only: Collection[str] = (),
+) -> list[Mount]:
+    """The container's ``volumeMounts`` as bind mounts (volumes mapped to ``None`` are left out; those in
+    ``read_only`` are mounted read-only whatever the mount says)."""
     mounts = []
     for vm in container.get("volumeMounts", []) or []:
         name = vm["name"]
@@ -161,7 +166,9 @@ def mounts_for(container: Mapping[str, Any], volume_dirs: Mapping[str, str | Non
             continue
         if vm.get("subPath"):
             source = f"{source.rstrip('/')}/{vm['subPath']}"
-        mounts.append(Mount(source, str(vm["mountPath"]), bool(vm.get("readOnly", False))))
+        mounts.append(
+            Mount(source, str(vm["mountPath"]), bool(vm.get("readOnly", False)) or name in read_only)
+        )
     return mounts
 
 
@@ -176,6 +183,7 @@ def container_plan(
     volume_dirs: Mapping[str, str | None],
     hosts_file: str,
     cgroup: str | None = None,
+    read_only: Collection[str] = (),
 ) -> ContainerPlan:
     host = hostname(pod)
     env = container_env(pod, container, pod_ip=pod_ip, host_ip=host_ip, base={**base_env, "HOSTNAME": host})
@@ -186,7 +194,7 @@ def container_plan(
         cwd=container.get("workingDir") or None,
         hostname=host,
         hosts_file=hosts_file,
-        mounts=mounts_for(container, volume_dirs),
+        mounts=mounts_for(container, volume_dirs, read_only),
         cgroup=cgroup,
     )
 
@@ -194,7 +202,10 @@ def container_plan(
 def check_pod(pod: Mapping[str, Any]) -> None:
     """Reject pod features the runner does not implement (one clear reason)."""
     spec = pod.get("spec", {})
-    if spec.get("initContainers"):
-        raise PlanError("spec.initContainers: not supported by the local pod runner")
+    for i, item in enumerate(spec.get("initContainers") or []):
+        policy = item.get("restartPolicy")
+        if policy not in (None, "Always"):
+            raise PlanError(f"spec.initContainers[{i}].restartPolicy: {policy!r}: only Always (a sidecar) "
+                            "or unset")  # fmt: skip
     if not spec.get("containers"):
         raise PlanError("spec.containers: no container to run")

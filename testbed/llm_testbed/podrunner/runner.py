@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import traceback
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +34,25 @@ from typing import Any
 import aiohttp
 
 from llm_testbed.localcluster import marks
-from llm_testbed.podrunner import faults, files, network, plan, process, status, volumes
+from llm_testbed.podrunner import (
+    apivolumes,
+    faults,
+    files,
+    initcontainers,
+    network,
+    plan,
+    process,
+    projected,
+    status,
+    volumes,
+)
 from llm_testbed.podrunner.kube import ApiError, Kube
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 20.0)
 VOLUME_RETRY_S = 1.0
 DEFAULT_GRACE_S = 30
 LOST_EXIT_CODE = 137  # SIGKILL
+START_TASK = ":start"  # the task that runs the init containers, then starts the main ones
 
 
 def say(message: str) -> None:
@@ -55,6 +68,8 @@ class PodRun:
     host_ip: str
     start_time: str
     containers: list[status.ContainerState]
+    inits: list[status.ContainerState] = field(default_factory=list)  # spec.initContainers, in order
+    started: dict[str, asyncio.Event] = field(default_factory=dict)  # set at each start of a container
     procs: dict[str, process.ContainerProcess] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     deleting: bool = False
@@ -63,6 +78,14 @@ class PodRun:
     injected_exit: int | None = None  # set by the fake-exit-code annotation (chaos fail-pod)
     cpu_cores: float | None = None  # the CPU quota of its node's cpu fault (None: no limit)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def every_container(self) -> list[status.ContainerState]:
+        return [*self.inits, *self.containers]
+
+    @property
+    def sidecars(self) -> list[status.ContainerState]:
+        return [c for c in self.inits if c.sidecar]
 
     @property
     def uid(self) -> str:
@@ -250,7 +273,7 @@ class Runner:
         for run in self.runs.values():
             if run.node == name and not run.lost and run.cpu_cores != cores:
                 run.cpu_cores = cores
-                for c in run.containers:
+                for c in run.every_container:
                     self._set_cpu(run, c.name, cores)
                 say(f"{run.key}: CPU quota {'none' if cores is None else f'{cores:g} cores'} (node {name})")
 
@@ -273,12 +296,11 @@ class Runner:
             await self._finish_delete(run)
             return
         stamp = status.now()
-        for c in run.containers:
-            if c.exit_code is None:
+        for c in run.every_container:
+            if c.started_at is not None and c.exit_code is None:
                 c.exit_code, c.finished_at, c.ready = LOST_EXIT_CODE, stamp, False
         if any(status.should_restart(run.policy, c.exit_code or 0) for c in run.containers):
-            for c in run.containers:
-                run.tasks[c.name] = asyncio.ensure_future(self._supervise(run, c, restart=True))
+            run.tasks[START_TASK] = asyncio.ensure_future(self._run_containers(run, restart=True))
         else:
             run.finished = True
             await self.write_status(run)
@@ -349,8 +371,10 @@ class Runner:
                     vols = volumes.volume_dirs(
                         current, state_dir=self.state_dir, shm_dir=self.shm_dir, claim_volumes=claim_volumes
                     )
+                    await apivolumes.write(self.kube, current, vols)
                     break
-                except volumes.VolumeNotReady:
+                except (volumes.VolumeNotReady, projected.SourceMissing) as exc:
+                    say(f"{ns}/{meta['name']}: waiting: {exc}")
                     await asyncio.sleep(VOLUME_RETRY_S)
                     for claim in volumes.claims(pod):
                         pvc = await self.kube.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
@@ -364,8 +388,9 @@ class Runner:
             old_ip = pod.get("status", {}).get("podIP")
             ip = self.pool.take(old_ip if old_ip and old_ip.startswith("127.") else None)
             run = PodRun(
-                pod=pod, ip=ip, host_ip=node_ip(node), start_time=status.now(), containers=containers
-            )
+                pod=pod, ip=ip, host_ip=node_ip(node), start_time=status.now(), containers=containers,
+                inits=initcontainers.init_states(pod),
+            )  # fmt: skip
             self.runs[uid] = run
         finally:
             self.starting.discard(uid)
@@ -377,13 +402,14 @@ class Runner:
             pod_dir.mkdir(parents=True, exist_ok=True)
             hosts = pod_dir / "hosts"
             self.refresh_hosts()
-            specs = {c["name"]: c for c in pod["spec"]["containers"]}
-            for c in containers:
+            specs = {c.name: initcontainers.spec_of(pod, c.name) for c in run.every_container}
+            read_only = volumes.read_only(pod)
+            for c in run.every_container:
                 cg = self.cgroups / f"{uid}-{c.name}" if self.cgroups else None
                 cplan = plan.container_plan(
                     pod, specs[c.name], pod_ip=ip, host_ip=run.host_ip, base_env=self._base_env(ip),
                     programs=self.programs, volume_dirs=vols, hosts_file=str(hosts),
-                    cgroup=str(cg) if cg else None,
+                    cgroup=str(cg) if cg else None, read_only=read_only,
                 )  # fmt: skip
                 # The termination message file: a host file of the pod bound where the container writes it.
                 message_file = pod_dir / f"{c.name}.termination-log"
@@ -403,7 +429,7 @@ class Runner:
                     say(f"{run.key}: node {run.node} faults for {c.name}: {node_faults}")
                 (pod_dir / f"{c.name}.json").write_text(json.dumps(cplan.to_json()))
         except plan.PlanError as exc:
-            for c in containers:
+            for c in run.every_container:
                 c.waiting_reason, c.waiting_message = "CreateContainerConfigError", str(exc)
             say(f"{run.key}: cannot run: {exc}")
             await self.write_status(run)
@@ -424,8 +450,7 @@ class Runner:
                 return
         restart = any(c.exit_code is not None for c in containers)
         say(f"{run.key}: starting on node {run.node} with IP {ip}")
-        for c in containers:
-            run.tasks[c.name] = asyncio.ensure_future(self._supervise(run, c, restart=restart))
+        run.tasks[START_TASK] = asyncio.ensure_future(self._run_containers(run, restart=restart))
         # Events of this pod that came while it was starting (deleted, deletion requested) count now.
         latest = self.bound.get(uid)
         self.on_pod("DELETED" if latest is None else "MODIFIED", latest or pod)
@@ -451,8 +476,8 @@ class Runner:
         return {**self.base_env, "LLMJOB_PODRUNNER_POD_IP": ip}
 
     async def _supervise(self, run: PodRun, c: status.ContainerState, restart: bool = False) -> None:
-        """Run one container until it is done for good (restarts per restartPolicy)."""
-        spec = next(s for s in run.pod["spec"]["containers"] if s["name"] == c.name)
+        """Run one container until it is done for good (restarts per restartPolicy; a sidecar's rule)."""
+        spec = initcontainers.spec_of(run.pod, c.name)
         pod_dir = self._pod_dir(run.uid)
         meta = run.pod["metadata"]
         log = files.log_path(self.state_dir, meta["namespace"], meta["name"], c.name)
@@ -480,6 +505,7 @@ class Runner:
             probe = spec.get("readinessProbe") or {}
             c.ready = not ("tcpSocket" in probe or "httpGet" in probe)
             say(f"{run.key}: container {c.name} started, pid {pid}, log {log}")
+            run.started.setdefault(c.name, asyncio.Event()).set()
             await self.write_status(run)
             if not c.ready:
                 self.spawn(self._probe(run, c, proc, probe), f"{run.key}: readiness probe")
@@ -492,10 +518,16 @@ class Runner:
             say(f"{run.key}: container {c.name} exited with code {code}")
             if run.deleting or run.lost or run.uid not in self.runs:
                 return
-            if status.should_restart(run.policy, code) and run.injected_exit is None:
+            injected = run.injected_exit is not None
+            if initcontainers.should_restart(run.policy, c, code, main_done=run.finished, injected=injected):
                 restart = True
                 continue
-            if all(x.exit_code is not None for x in run.containers):
+            if c.sidecar:
+                return  # stopped after the main containers: their last exit writes the status
+            if not c.init and all(x.exit_code is not None for x in run.containers):
+                run.finished = True
+                await self._stop_sidecars(run)
+            elif status.init_failed(run.policy, run.inits):
                 run.finished = True
             await self.write_status(run)
             self.refresh_hosts()
@@ -539,26 +571,74 @@ class Runner:
         grace = meta.get("deletionGracePeriodSeconds")
         if grace is None:
             grace = run.pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
-        alive = [p for p in run.procs.values() if p.proc is not None and p.proc.returncode is None]
-        if alive:
-            say(f"{run.key}: deleting: SIGTERM, grace period {grace}s")
+        deadline = asyncio.get_running_loop().time() + float(grace)
+        say(f"{run.key}: deleting: SIGTERM, grace period {grace}s")
+        # The main (and a running init) containers first, then the sidecars in reverse order (a kubelet's).
+        await self._terminate(run, [c.name for c in run.every_container if not c.sidecar], deadline)
+        for c in reversed(run.sidecars):
+            await self._terminate(run, [c.name], deadline)
+        for p in run.procs.values():
+            p.kill_tree()
+        await _finish(run.tasks.values())
+        await self._finish_delete(run)
+
+    async def _terminate(self, run: PodRun, names: list[str], deadline: float) -> None:
+        """SIGTERM these containers' main processes; SIGKILL what still runs at ``deadline``."""
+        procs = [run.procs[n] for n in names if n in run.procs]
+        alive = [p for p in procs if p.proc is not None and p.proc.returncode is None]
         for p in alive:
             p.terminate()
         waits = [asyncio.ensure_future(p.wait()) for p in alive]
         if waits:
-            _, pending = await asyncio.wait(waits, timeout=float(grace))
+            left = max(0.0, deadline - asyncio.get_running_loop().time())
+            _, pending = await asyncio.wait(waits, timeout=left)
             if pending:
-                say(f"{run.key}: still running after {grace}s: SIGKILL")
-        for p in run.procs.values():
+                say(f"{run.key}: {', '.join(names)} still running after the grace period: SIGKILL")
+        for p in procs:
             p.kill_tree()
         if waits:
             await asyncio.wait(waits)
-        await _finish(run.tasks.values())
-        await self._finish_delete(run)
+
+    async def _stop_sidecars(self, run: PodRun) -> None:
+        """The main containers are done: stop the sidecars (reverse order, the pod's grace period)."""
+        if not run.sidecars:
+            return
+        grace = float(run.pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S))
+        deadline = asyncio.get_running_loop().time() + grace
+        for c in reversed(run.sidecars):
+            await self._terminate(run, [c.name], deadline)
+            task = run.tasks.get(c.name)
+            if task is not None:
+                await asyncio.wait([task])
+        say(f"{run.key}: main containers done: sidecars stopped")
+
+    async def _run_containers(self, run: PodRun, restart: bool) -> None:
+        """Init containers in order (a sidecar: until it started), then every main container."""
+        for c in run.inits:
+            if run.deleting or run.lost or run.uid not in self.runs:
+                return
+            if c.sidecar:
+                event = run.started.setdefault(c.name, asyncio.Event())
+                event.clear()
+                run.tasks[c.name] = asyncio.ensure_future(
+                    self._supervise(run, c, restart=c.exit_code is not None)
+                )
+                await asyncio.wait(
+                    [asyncio.ensure_future(event.wait()), run.tasks[c.name]],
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            elif c.exit_code != 0:
+                await self._supervise(run, c, restart=c.exit_code is not None)
+                if c.exit_code != 0:
+                    return  # failed for good (restartPolicy Never), or the pod went away
+        if run.deleting or run.lost or run.uid not in self.runs:
+            return
+        for c in run.containers:
+            run.tasks[c.name] = asyncio.ensure_future(self._supervise(run, c, restart=restart))
 
     async def _finish_delete(self, run: PodRun) -> None:
         stamp = status.now()
-        for c in run.containers:
+        for c in run.every_container:
             if c.started_at is not None and c.exit_code is None:
                 c.exit_code, c.finished_at = LOST_EXIT_CODE, stamp
             c.ready = False
@@ -576,7 +656,7 @@ class Runner:
         async with run.write_lock:
             doc = status.pod_status(
                 run.pod, run.containers, pod_ip=run.ip, host_ip=run.host_ip,
-                start_time=run.start_time, at=status.now(),
+                start_time=run.start_time, at=status.now(), inits=run.inits,
             )  # fmt: skip
             try:
                 await self.kube.patch_pod_status(meta["namespace"], meta["name"], run.uid, doc)
@@ -589,17 +669,16 @@ class Runner:
         shutil.rmtree(self._pod_dir(run.uid), ignore_errors=True)
         shutil.rmtree(self.shm_dir / run.uid, ignore_errors=True)
         if self.cgroups is not None:
-            for c in run.containers:
+            for c in run.every_container:
                 process.kill_cgroup(self.cgroups / f"{run.uid}-{c.name}")
-        for c in run.containers:
+        for c in run.every_container:
             process.remove_cpu(self.cpu, f"{run.uid}-{c.name}")
 
     # ------------------------------------------------------------------ DNS
     def refresh_hosts(self) -> None:
         live = [r for r in self.runs.values() if not r.finished and not r.lost]
         entries = {
-            r.uid: network.pod_entry(r.pod, r.ip, ready=all(c.ready and c.running for c in r.containers))
-            for r in live
+            r.uid: network.pod_entry(r.pod, r.ip, ready=status.all_ready(r.containers, r.inits)) for r in live
         }
         services = list(self.services.values())
         for run in live:
@@ -672,12 +751,23 @@ def base_env() -> dict[str, str]:
     return env
 
 
+def api_service_env(server: str) -> dict[str, str]:
+    """``KUBERNETES_SERVICE_HOST``/``_PORT`` as a kubelet sets them, pointing at the apiserver itself
+    (the ``kubernetes`` Service's ClusterIP is not routed here): in-cluster clients work in a pod."""
+    url = urllib.parse.urlsplit(server)
+    port = str(url.port or 443)
+    host = url.hostname or ""
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": port}  # fmt: skip
+
+
 async def serve(kubeconfig: Path, state_dir: Path, cluster: str, programs: Mapping[str, str]) -> None:
     kube = await Kube.connect(kubeconfig)
     env = base_env()
     site = str(state_dir / "site")
     pythonpath = os.environ.get("PYTHONPATH")
     env["PYTHONPATH"] = f"{site}:{pythonpath}" if pythonpath else site
+    env.update(api_service_env(kube.server))
     runner = Runner(kube, state_dir, cluster, programs, env)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -28,6 +28,8 @@ class ContainerState:
     pid: int | None = None
     ready: bool = False
     message: str = ""  # the termination message of the last exit (terminationMessagePath, or log tail)
+    init: bool = False  # one of spec.initContainers
+    sidecar: bool = False  # an init container with restartPolicy: Always (a native sidecar)
 
     @property
     def running(self) -> bool:
@@ -51,7 +53,7 @@ def container_status(c: ContainerState) -> dict[str, Any]:
         "image": c.image,
         "imageID": f"podrunner://{c.image}",
         "restartCount": c.restart_count,
-        "ready": c.ready and c.running,
+        "ready": (c.ready and c.running) or (c.init and not c.sidecar and c.exit_code == 0),
         "started": c.running,
     }
     if c.pid is not None:
@@ -87,8 +89,13 @@ def _terminated(c: ContainerState) -> dict[str, Any]:
     return term
 
 
-def pod_phase(restart_policy: str, containers: Sequence[ContainerState]) -> str:
-    """Pending until every container started once; Succeeded/Failed when all are done for good."""
+def pod_phase(
+    restart_policy: str, containers: Sequence[ContainerState], inits: Sequence[ContainerState] = ()
+) -> str:
+    """Pending until every container started once; Succeeded/Failed when all are done for good (the main
+    containers decide: sidecars never do). A regular init container failed for good: Failed."""
+    if init_failed(restart_policy, inits):
+        return "Failed"
     if any(c.started_at is None and c.exit_code is None for c in containers):
         return "Pending"
     if any(c.running or c.waiting_reason == "CrashLoopBackOff" for c in containers):
@@ -102,6 +109,24 @@ def pod_phase(restart_policy: str, containers: Sequence[ContainerState]) -> str:
 
 def should_restart(restart_policy: str, exit_code: int) -> bool:
     return restart_policy == "Always" or (restart_policy == "OnFailure" and exit_code != 0)
+
+
+def init_failed(policy: str, inits: Sequence[ContainerState]) -> bool:
+    """A regular init container failed for good: the pod is Failed, its main containers never start."""
+    return policy == "Never" and any(not c.sidecar and c.exit_code not in (None, 0) for c in inits)
+
+
+def initialized(inits: Sequence[ContainerState]) -> bool:
+    """Every regular init container completed and every sidecar started once (condition Initialized)."""
+    return all(
+        (c.started_at is not None or c.exit_code is not None) if c.sidecar else c.exit_code == 0
+        for c in inits
+    )
+
+
+def all_ready(containers: Sequence[ContainerState], inits: Sequence[ContainerState] = ()) -> bool:
+    """Condition Ready: every main container and every sidecar running and ready."""
+    return all(c.ready and c.running for c in [*containers, *(i for i in inits if i.sidecar)])
 
 
 def _condition(kind: str, ok: bool, at: str, reason: str | None = None) -> dict[str, Any]:
@@ -119,22 +144,26 @@ def pod_status(
     host_ip: str,
     start_time: str,
     at: str,
+    inits: Sequence[ContainerState] = (),
 ) -> dict[str, Any]:
     """The whole ``status`` of a pod the runner runs (written with a merge patch)."""
     policy = pod.get("spec", {}).get("restartPolicy", "Always")
-    phase = pod_phase(policy, containers)
-    all_ready = all(c.ready and c.running for c in containers)
+    phase = pod_phase(policy, containers, inits)
+    ready = all_ready(containers, inits)
     done = phase in ("Succeeded", "Failed")
     reason = "PodCompleted" if done else "ContainersNotReady"
+    init_done = initialized(inits)
     conditions = [
         _condition("PodScheduled", True, at),
-        _condition("Initialized", True, at),
-        _condition("ContainersReady", all_ready, at, reason),
-        _condition("Ready", all_ready, at, reason),
+        _condition(
+            "Initialized", init_done or done, at, "PodCompleted" if done else "ContainersNotInitialized"
+        ),
+        _condition("ContainersReady", ready, at, reason),
+        _condition("Ready", ready, at, reason),
     ]
     for gate in pod.get("spec", {}).get("readinessGates", []) or []:
         conditions.append(_condition(gate["conditionType"], True, at))
-    return {
+    out: dict[str, Any] = {
         "phase": phase,
         "podIP": pod_ip,
         "podIPs": [{"ip": pod_ip}],
@@ -144,3 +173,6 @@ def pod_status(
         "conditions": conditions,
         "containerStatuses": [container_status(c) for c in containers],
     }
+    if inits:
+        out["initContainerStatuses"] = [container_status(c) for c in inits]
+    return out

@@ -5,7 +5,9 @@
 - ``emptyDir``: ``<state>/pods/<uid>/volumes/<name>``; with ``medium: Memory`` a folder under
   ``/dev/shm`` (RAM), so a pod's ``/dev/shm`` mount is private to it and still memory-backed.
 - ``hostPath``: the path itself.
-- Others (projected service-account tokens, configMaps, secrets): not provided; their mounts are left out.
+- ``configMap``, ``secret``, ``downwardAPI``, ``projected`` (service-account tokens included):
+  ``<state>/pods/<uid>/volumes/<name>``, filled by :mod:`.apivolumes`, mounted read-only.
+- Others (CSI, ephemeral, image volumes...): not provided; their mounts are left out.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import PurePath
 from typing import Any
 
 from llm_testbed.podrunner.plan import PlanError
+from llm_testbed.podrunner.projected import API_VOLUME_KINDS
 
 
 class VolumeNotReady(PlanError):
@@ -54,6 +57,8 @@ def volume_dirs(
             out[name] = str(root / name)
         elif "hostPath" in vol:
             out[name] = str(vol["hostPath"]["path"])
+        elif any(kind in vol for kind in API_VOLUME_KINDS):
+            out[name] = str(pod_dir(state_dir, uid) / "volumes" / name)
         else:
             out[name] = None
     return out
@@ -66,3 +71,9 @@ def claims(pod: Mapping[str, Any]) -> list[str]:
         for v in pod.get("spec", {}).get("volumes", []) or []
         if "persistentVolumeClaim" in v
     ]
+
+
+def read_only(pod: Mapping[str, Any]) -> set[str]:
+    """Volumes a kubelet always mounts read-only (their files come from the API)."""
+    vols = pod.get("spec", {}).get("volumes", []) or []
+    return {v["name"] for v in vols if any(kind in v for kind in API_VOLUME_KINDS)}
