@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
-import torch
 from llm_elastic import IN_PROCESS, RESTART, STANDALONE, AsIs, ElasticConfig
 from llm_elastic.commit import FLAGS, CommitWire, Signals
 from llm_elastic.leave import Leave
 from llm_elastic.modes import Restart, Standalone, make_mode
 from llm_elastic.reporting import sample_fields
-from llm_elastic.wrap import DDP, Generation, StepClock
 
 
 def _signals(stopping: bool = False, announced: bool = True) -> Signals:
@@ -64,12 +61,6 @@ def test_each_mode_name_makes_its_object_and_refuses_what_it_cannot_wrap() -> No
         live.check(AsIs())
     assert exited.value.code == 2
     make_mode(RESTART, config).check(AsIs())  # restart mode keeps the program's own wrapping
-
-
-def test_the_runtime_passes_its_clock_to_ddp_without_changing_the_policy() -> None:
-    policy = DDP()
-    gen = Generation(1, 0, torch.device("cpu"), "gloo", timedelta(seconds=1), StepClock())
-    assert gen.clock is not None and policy.clock is None
 
 
 def test_the_step_log_records_a_steps_samples_in_one_place() -> None:
