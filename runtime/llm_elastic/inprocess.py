@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from llm_elastic.abort import Watchdog
+from llm_elastic.abort import Watchdog, every_group
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, Contract
 from llm_elastic.errors import (
@@ -46,13 +46,6 @@ if TYPE_CHECKING:
     from llm_elastic.session import Elastic
 
 log = logging.getLogger("llm_elastic")
-
-
-def _all_groups() -> list[Any]:
-    """Every process group of the generation (the default one and those made from it)."""
-    groups = [dist.group.WORLD]
-    groups += [g for g in dist.distributed_c10d._world.pg_map if g is not dist.group.WORLD]
-    return groups
 
 
 class InProcess(RecoveryMode):
@@ -209,7 +202,7 @@ class InProcess(RecoveryMode):
         s.open_generation()
         if s.device.type == "cuda":  # NCCL: a lost peer raises nothing, so abort from the watch
             self.watchdog = Watchdog(
-                lambda: membership.member_gone(gen), membership.alarm, _all_groups
+                lambda: membership.member_gone(gen), membership.alarm, every_group
             ).start()
 
         def receiving() -> None:
