@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from llm_elastic import IN_PROCESS, RESTART, STANDALONE, AsIs, ElasticConfig
+from llm_elastic import IN_PROCESS, RESTART, STANDALONE, AsIs, ElasticConfig, read_records
 from llm_elastic.commit import FLAGS, CommitWire, Signals
 from llm_elastic.leave import Leave
 from llm_elastic.modes import Restart, Standalone, make_mode
@@ -70,3 +71,65 @@ def test_the_step_log_records_a_steps_samples_in_one_place() -> None:
     fields = sample_fields(sampler, 2)
     assert fields["sample_start"] == 8 and fields["sample_end"] == 12 and fields["samples_seen"] == 12
     assert fields["samples_crc32"] == sampler.crc32(2) and sample_fields(None, 2) == {}
+
+
+def test_the_step_log_line_has_the_fields_it_always_had(tmp_path: Path) -> None:
+    from llm_elastic import ElasticSampler
+    from llm_elastic.commit import Verdict
+    from llm_elastic.persistence import RestoreFacts
+    from llm_elastic.reporting import Reporter
+    from llm_elastic.step import Step
+    from llm_elastic.transfer import Progress
+
+    config = ElasticConfig(total_steps=5, step_log=str(tmp_path / "metrics.jsonl"), log_every=0)
+    sampler = ElasticSampler(100, 4)
+    reporter = Reporter(config, {"rank": "0"}, 0, 0, sampler)
+    reporter.open(rank=0)
+    step = Step(None, 2)  # type: ignore[arg-type]  # the session is not read here
+    step.loss, step.verdict = 1.5, Verdict(1.5, False, 0, False, False, (0.1,), 0)
+    step.record(tokens=64, grad_accum=2)
+    restored = RestoreFacts(resumed_from=2, source="checkpoint")
+    fields = {"agent_restart": 0, "restore_seconds": 0.25, "restore_peers": 0}
+    reporter.step_record(step, Progress(3, 1.5, False), 0.5, 100.0, (1, 0), 1, restored, fields)
+    (line,) = read_records(tmp_path / "metrics.jsonl")
+    assert set(line) == {
+        "time", "step", "loss", "world_size", "step_time", "restart", "generation", "resumed_from",
+        "restore_source", "process_started", "agent_restart", "restore_seconds", "restore_peers",
+        "global_batch", "samples_seen", "sample_start", "sample_end", "samples_crc32", "grad_accum",
+    }  # fmt: skip
+    assert (line["step"], line["restart"], line["resumed_from"], line["restore_source"]) == (
+        3,
+        1,
+        2,
+        "checkpoint",
+    )
+    assert (line["sample_start"], line["sample_end"]) == (8, 12) and "tokens" not in line
+
+
+class _Session:
+    """What Persistence reads of the facade, for the cadence alone."""
+
+    def __init__(self, config: ElasticConfig) -> None:
+        from llm_elastic.transfer import Progress
+
+        self.config = config
+        self.progress = Progress(0, 0.0, False)
+
+
+@pytest.mark.parametrize(
+    ("busy", "want"),
+    [(False, [("snapshot", 4), ("save", 4), ("snapshot", 6)]), (True, [("snapshot", 4), ("save", 4)])],
+)
+def test_persistence_decides_itself_when_to_save(busy: bool, want: list[tuple[str, int]]) -> None:
+    from llm_elastic.persistence import Persistence
+
+    config = ElasticConfig(total_steps=8, snapshot_every=2, checkpoint_every=4)
+    session = _Session(config)
+    persistence = Persistence(session, live=True)  # type: ignore[arg-type]  # a stand-in facade
+    done: list[tuple[str, int]] = []
+    persistence.snapshot = lambda: done.append(("snapshot", session.progress.step))  # type: ignore[method-assign]
+    persistence.save = lambda: done.append(("save", session.progress.step))  # type: ignore[method-assign]
+    for at in (3, 4, 6, 8):  # the last step is left to final_save
+        session.progress.step = at
+        persistence.at_step_end(busy=busy and at != 4)
+    assert done == want  # a busy copy skips the snapshot; the checkpoint cadence does not care
