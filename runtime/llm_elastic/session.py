@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from llm_elastic.commit import FLAGS, CommitWire, Verdict, host_values
+from llm_elastic.commit import CommitWire, Verdict
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, read_contract
 from llm_elastic.data import ElasticSampler
@@ -51,7 +51,7 @@ from llm_elastic.step import Step
 from llm_elastic.transfer import Progress
 from llm_elastic.wrap import DDP, Generation, Wrapped, WrapPolicy
 
-__all__ = ["FLAGS", "Elastic", "Step", "host_values"]
+__all__ = ["Elastic", "Step"]
 
 
 class Elastic:
@@ -90,7 +90,7 @@ class Elastic:
         self.wrapped = Wrapped(model, model, self.state.optimizers)
         self.wire = CommitWire(self.device)
         self.left = False
-        """This process left the membership (or never was in one)."""
+        """Set once this process left the job (:meth:`leave_now`); the periodic health checks stop then."""
         self.job_process_restarts = 0
         """Layer-2 restarts of the job's programs so far, as the members agree on it at each commit."""
         self.restart_announced = self.contract.process_restarts == 0
