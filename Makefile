@@ -38,6 +38,7 @@ lint: setup
 	$(BIN)/ruff check operator trainer runtime testbed tests bench examples
 	$(BIN)/ruff format --check operator trainer runtime testbed tests bench examples
 	$(BIN)/mypy operator/llm_operator trainer/llm_trainer runtime/llm_elastic testbed/llm_testbed
+	$(BIN)/pytest tests/unit/test_import_contract.py -q -p no:cacheprovider  # trainer/bench/examples: public llm_elastic only
 
 crds: setup
 	$(BIN)/llmjob crd > crds/elasticllm.dev_llmtrainingjobs.yaml

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from llm_elastic.accounting import audit
+from llm_elastic import audit
 from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.demo import start_operator, stop_operator
@@ -174,7 +174,7 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
 
     order = training.plain_script_order() if mode == "plain" else training.sample_order(volume)
     result = audit(training.records(volume), order)
-    out.replayed = [i.replayed for i in result.interruptions if i.world_after < i.world_before]
+    out.replayed = result.replayed_per_loss  # the summary's total reads the same interruptions
     out.summary, out.ok, out.problems = result.summary(), result.ok, result.problems
     cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
     return out

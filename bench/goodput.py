@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 from e2e_recovery import wait
-from llm_elastic.accounting import audit
+from llm_elastic import audit
 from llm_operator import labels
 from llm_operator.observe import parse_time
 from llm_operator.policy.goodput import step_log_goodput
@@ -117,7 +117,7 @@ def run_variant(cluster: LocalCluster, variant: str, args: argparse.Namespace) -
         "log": log.goodput,
         "training": training_only.goodput,
         "startup_s": first - start,
-        "replayed": sum(i.replayed for i in result.interruptions),
+        "replayed": result.replayed,
         "wall_s": upto - start,
         "ok": result.ok,
     }

@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from llm_elastic import GlobalOrder, read_records
 from llm_elastic.live.membership import evict
-from llm_elastic.metrics import read_records
-from llm_elastic.order import GlobalOrder
 from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
 from llm_testbed.local_etcd import LocalEtcd, etcd_binary
 from llm_trainer.data.prepare import main as prepare

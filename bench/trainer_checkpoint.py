@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from llm_elastic import Elastic
 from llm_elastic.checkpoint import Checkpointer, latest_checkpoint
-from llm_elastic.session import Elastic
+from llm_elastic.persistence import Persistence
 from llm_elastic.snapshot.manager import Snapshotter
 from llm_trainer.config import MODELS, ModelConfig, TrainConfig
 from llm_trainer.data.prepare import main as prepare
@@ -112,6 +113,8 @@ class Driven:
         self.trainer = trainer
         self.el: Elastic = trainer.elastic
         self.steps = self.el.steps()
+        self.persistence: Persistence = self.el.persistence
+        """The runtime's persistence part: what this benchmark measures."""
 
     def step(self) -> float:
         started = time.monotonic()
@@ -122,18 +125,18 @@ class Driven:
 
     @property
     def checkpointer(self) -> Checkpointer:
-        assert self.el.checkpointer is not None
-        return self.el.checkpointer
+        assert self.persistence.checkpointer is not None
+        return self.persistence.checkpointer
 
     @property
     def snapshots(self) -> Snapshotter:
-        assert self.el.snapshots is not None
-        return self.el.snapshots
+        assert self.persistence.snapshots is not None
+        return self.persistence.snapshots
 
     def save(self, background: bool) -> Path:
-        el = self.el
+        el, p = self.el, self.persistence
         save = self.checkpointer.save_async if background else self.checkpointer.save
-        return save(el.progress.step, el.state.model, self.trainer.optimizer, el._meta(), el._extras_blob())
+        return save(el.step, el.model, self.trainer.optimizer, p.meta(), p.extras_blob())
 
     def close(self) -> None:
         self.steps.close()
@@ -152,7 +155,7 @@ def evict(folder: Path) -> None:
 
 
 def timed_restore(args: argparse.Namespace, corpus: Path, ckpt: Path, snap: Path, source: str) -> float:
-    """Seconds the runtime took to restore a fresh trainer (its own ``restore_seconds``): from the newest
+    """Seconds the runtime took to restore a fresh trainer (its own ``restored.seconds``): from the newest
     snapshot (``memory``) or the newest checkpoint (page cache warm, or evicted first: ``cold``)."""
     info = latest_checkpoint(ckpt)
     assert info is not None
@@ -161,8 +164,8 @@ def timed_restore(args: argparse.Namespace, corpus: Path, ckpt: Path, snap: Path
     fresh = Driven(build(args, corpus, ckpt, snap, snapshots=source == "memory"))
     fresh.step()
     want = "memory" if source == "memory" else "checkpoint"
-    assert fresh.el.restore_source == want, (fresh.el.restore_source, want)
-    seconds = fresh.el.restore_seconds
+    assert fresh.el.restored.source == want, (fresh.el.restored.source, want)
+    seconds = fresh.el.restored.seconds
     fresh.close()
     return seconds
 
@@ -202,12 +205,12 @@ def main() -> int:
     run.checkpointer.wait()
     for _ in range(2):
         run.step()
-        run.el._snapshot()
+        run.persistence.snapshot()
     optimizer = run.trainer.optimizer
     state_bytes = sum(
         t.numel() * t.element_size()
         for t in [
-            *run.el.state.model.parameters(),
+            *run.el.model.parameters(),
             *(v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)),
         ]
     )
@@ -241,7 +244,7 @@ def main() -> int:
         rows["async, training idle"]["rate"].append(dir_bytes(path) / run.checkpointer.last_persist)
 
         run.step()
-        run.el._snapshot()
+        run.persistence.snapshot()
         rows["snapshot"]["stall"].append(run.snapshots.last_stall)
         rows["snapshot"]["persist"].append(run.snapshots.last_stall)
         rows["snapshot"]["rate"].append(
@@ -250,7 +253,7 @@ def main() -> int:
 
     # Restore into a fresh trainer: memory first (newest snapshot), then the newest checkpoint from disk.
     run.save(background=False)
-    run.el._snapshot()
+    run.persistence.snapshot()
     run.snapshots.wait()
     run.close()
     restore: dict[str, float] = {}

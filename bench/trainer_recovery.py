@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from llm_elastic.metrics import read_records
+from llm_elastic import read_records
 from llm_testbed.local_etcd import LocalEtcd, etcd_binary, free_port
 from llm_trainer.data.prepare import main as prepare
 

@@ -3,19 +3,36 @@
 The public API (everything else is internal and may change):
 
 * :class:`Elastic`, :class:`ElasticConfig`, :class:`Step` -- wrap the loop (``llm_elastic.session``;
-  the settings in ``llm_elastic.config``);
-* :class:`DDP`, :class:`HSDP`, :class:`AsIs` -- how the model is wrapped per generation
+  the settings in ``llm_elastic.config``); :class:`RestoreFacts` -- where a process's state came from;
+* :class:`DDP`, :class:`HSDP`, :class:`AsIs`, :class:`WrapPolicy` -- how the model is wrapped per generation
   (``llm_elastic.wrap``);
-* :class:`ElasticSampler` -- the global sample order cut per step and rank (``llm_elastic.data``);
+* :class:`ElasticSampler`, :class:`GlobalOrder` -- the global sample order cut per step and rank
+  (``llm_elastic.data``, ``llm_elastic.order``);
 * :class:`RNGState`, :class:`Stateful` -- extras handed over as ``Stateful`` objects (``llm_elastic.state``);
-* :func:`read_contract`, :class:`Contract` -- the operator's env contract (``llm_elastic.contract``);
-* the typed failures and exit codes (``llm_elastic.errors``).
+* :func:`read_contract`, :class:`Contract`, ``CHECKPOINT_ENV``, ``SNAPSHOT_ENV`` -- the operator's env
+  contract (``llm_elastic.contract``);
+* the typed failures and exit codes (``llm_elastic.errors``); :class:`ExitOnErrorParser`,
+  :func:`usage_error` -- options failing in one line, exit 2 (``llm_elastic.cli_errors``);
+* :func:`read_records`, :func:`audit` -- the step log read back and audited (``llm_elastic.metrics``,
+  ``llm_elastic.accounting``).
+
+A test (tests/unit/test_import_contract.py) keeps the trainer, the benchmarks and the examples on these names.
 
 Guide: docs/byo-training.md; reference: docs/runtime-api.md.
 """
 
+from llm_elastic.accounting import audit
+from llm_elastic.cli_errors import ExitOnErrorParser, usage_error
 from llm_elastic.config import ElasticConfig
-from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, Contract, read_contract
+from llm_elastic.contract import (
+    CHECKPOINT_ENV,
+    IN_PROCESS,
+    RESTART,
+    SNAPSHOT_ENV,
+    STANDALONE,
+    Contract,
+    read_contract,
+)
 from llm_elastic.data import ElasticSampler
 from llm_elastic.errors import (
     EXIT_EVICTED,
@@ -31,11 +48,16 @@ from llm_elastic.errors import (
     StateLost,
     UsageError,
 )
-from llm_elastic.session import Elastic, Step
+from llm_elastic.metrics import read_records
+from llm_elastic.order import GlobalOrder
+from llm_elastic.persistence import RestoreFacts
+from llm_elastic.session import Elastic
 from llm_elastic.state import RNGState, Stateful
-from llm_elastic.wrap import DDP, HSDP, AsIs
+from llm_elastic.step import Step
+from llm_elastic.wrap import DDP, HSDP, AsIs, WrapPolicy
 
 __all__ = [
+    "CHECKPOINT_ENV",
     "DDP",
     "EXIT_EVICTED",
     "EXIT_LOCAL_FAILURE",
@@ -46,6 +68,7 @@ __all__ = [
     "HSDP",
     "IN_PROCESS",
     "RESTART",
+    "SNAPSHOT_ENV",
     "STANDALONE",
     "AsIs",
     "Contract",
@@ -53,13 +76,20 @@ __all__ = [
     "Elastic",
     "ElasticConfig",
     "ElasticSampler",
+    "ExitOnErrorParser",
+    "GlobalOrder",
     "LocalFailure",
     "PeerLost",
     "RNGState",
     "RecoveryExhausted",
+    "RestoreFacts",
     "StateLost",
     "Stateful",
     "Step",
     "UsageError",
+    "WrapPolicy",
+    "audit",
     "read_contract",
+    "read_records",
+    "usage_error",
 ]

@@ -37,6 +37,15 @@ def abort_group(group: Any) -> None:
     backend.abort()
 
 
+def every_group() -> list[Any]:
+    """Every process group of the generation (the default one and those made from it): what to abort."""
+    import torch.distributed as dist
+
+    groups = [dist.group.WORLD]
+    groups += [g for g in dist.distributed_c10d._world.pg_map if g is not dist.group.WORLD]
+    return groups
+
+
 class Watchdog:
     """Aborts the generation's communicators when one of its members leaves the membership."""
 

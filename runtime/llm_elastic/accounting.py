@@ -45,6 +45,12 @@ class Interruption:
         """Completed steps trained again."""
         return self.last_step - self.resumed_from
 
+    @property
+    def grew(self) -> bool:
+        """The job came back larger (a join), not after a loss. A loss in restart mode can keep the world
+        size: the survivors and a replacement re-rendezvous together."""
+        return self.world_after > self.world_before
+
 
 @dataclass
 class Audit:
@@ -58,13 +64,23 @@ class Audit:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def replayed(self) -> int:
+        """Completed steps trained again, over every interruption."""
+        return sum(i.replayed for i in self.interruptions)
+
+    @property
+    def replayed_per_loss(self) -> list[int]:
+        """Steps replayed at each interruption that was a loss (every one but the joins)."""
+        return [i.replayed for i in self.interruptions if not i.grew]
+
     def summary(self) -> str:
         """One line for people: what the interruptions cost."""
         verdict = "no sample lost or repeated" if self.ok else f"{len(self.problems)} problem(s)"
         if not self.interruptions:
             return f"{self.steps} steps, no interruption, {verdict}"
         paused = sum(i.paused_s for i in self.interruptions)
-        replayed = sum(i.replayed for i in self.interruptions)
+        replayed = self.replayed
         return (
             f"{self.steps} steps, {len(self.interruptions)} interruption(s): training paused {paused:.1f}s,"
             f" {replayed} step(s) replayed, {verdict}"

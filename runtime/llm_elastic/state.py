@@ -65,7 +65,9 @@ class TrainState:
         self.model = model
         self.optimizers = optimizers
 
-    def _optims(self) -> torch.optim.Optimizer | tuple[torch.optim.Optimizer, ...]:
+    @property
+    def optims(self) -> torch.optim.Optimizer | tuple[torch.optim.Optimizer, ...]:
+        """The optimizers as torch's state-dict helpers and the checkpointer take them (one, or a tuple)."""
         return self.optimizers[0] if len(self.optimizers) == 1 else tuple(self.optimizers)
 
     def has_optimizer_state(self) -> bool:
@@ -82,7 +84,7 @@ class TrainState:
 
         if not with_optimizer:
             return {"model": get_model_state_dict(self.model)}
-        model_state, optim_state = get_state_dict(self.model, self._optims())
+        model_state, optim_state = get_state_dict(self.model, self.optims)
         return {"model": model_state, "optim": optim_state}
 
     def load_tensors_state(self, state: dict[str, Any]) -> None:
@@ -94,7 +96,7 @@ class TrainState:
             return
         set_state_dict(
             self.model,
-            self._optims(),
+            self.optims,
             model_state_dict=state["model"],
             optim_state_dict=state["optim"],
         )

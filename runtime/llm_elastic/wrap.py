@@ -45,6 +45,8 @@ class Generation:
     device: torch.device
     backend: str
     timeout: timedelta
+    clock: StepClock | None = None
+    """Where a DDP wrapping marks each step's first gradient bucket (set while stragglers are watched)."""
 
 
 @dataclass
@@ -91,15 +93,17 @@ class DDP(WrapPolicy):
     compile: bool = False
     """``torch.compile`` the wrapped model (DDP first, so gradient all-reduces still overlap the backward)."""
     clock: StepClock | None = None
-    """Set by the runtime: marks each step's first gradient bucket (straggler detection)."""
+    """Marks each step's first gradient bucket; the runtime passes its own in :class:`Generation` instead
+    (the policy object is never changed)."""
 
     def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: Generation) -> Wrapped:
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [gen.device.index] if gen.device.type == "cuda" else None
         module = DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **self.kwargs)
-        if self.clock is not None:
-            module.register_comm_hook(self.clock, _timed_allreduce)
+        clock = gen.clock if gen.clock is not None else self.clock
+        if clock is not None:
+            module.register_comm_hook(clock, _timed_allreduce)
         if self.compile:
             module.compile()
         return Wrapped(module, model, optimizers)

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 import torch
-from llm_elastic import session as session_module
-from llm_elastic.session import FLAGS, Step
+from llm_elastic import Step
+from llm_elastic import commit as commit_module
+from llm_elastic.commit import FLAGS
 from llm_trainer.config import TrainConfig
 from llm_trainer.train import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -124,13 +125,13 @@ def test_a_step_reads_its_values_back_in_one_transfer(
     cfg = _config(corpus, tmp_path, steps=3, global_batch=12, micro_batch=2)  # 6 micro-steps per step
     trainer = Trainer(cfg, STANDALONE)
     transfers: list[int] = []
-    real_host_values = session_module.host_values
+    real_host_values = commit_module.host_values
 
     def counted(reduced: torch.Tensor) -> list[float]:
         transfers.append(reduced.numel())
         return real_host_values(reduced)
 
-    monkeypatch.setattr(session_module, "host_values", counted)
+    monkeypatch.setattr(commit_module, "host_values", counted)
     reads = ScalarReads()
     real_step = trainer.optimizer.step
 
@@ -144,7 +145,7 @@ def test_a_step_reads_its_values_back_in_one_transfer(
             reads.paused = False
 
     monkeypatch.setattr(trainer.optimizer, "step", unwatched_step)
-    monkeypatch.setattr(trainer.elastic, "_final_save", lambda: None)  # not part of a step
+    monkeypatch.setattr(trainer.elastic.persistence, "final_save", lambda: None)  # not part of a step
     with reads:
         assert trainer.train() == 0
     assert reads.reads == 0

@@ -90,3 +90,18 @@ def test_broken_logs_are_reported(log: list[dict[str, Any]], problem: str) -> No
     result = audit(log, ORDER)
     assert not result.ok
     assert any(problem in p for p in result.problems), result.problems
+
+
+def test_a_loss_that_keeps_the_world_size_counts_as_a_loss_and_a_join_does_not() -> None:
+    """bench/e2e_recovery.py (restart mode): the survivors and a replacement re-rendezvous together (2 -> 2)
+    and replay from the checkpoint; a later join (1 -> 2) after a SIGTERM checkpoint replays nothing. The
+    per-loss figures and the summary's total read the same interruptions."""
+    log = [rec(s) for s in range(1, 8)]  # checkpoint at 5, node lost after 7
+    log += [rec(6, restart=1, world=2, t=27.0, resumed=5), rec(7, 1, 2, 28.0), rec(8, 1, 2, 29.0)]
+    log += [rec(9, restart=2, world=1, t=40.0, resumed=8), rec(10, 2, 1, 41.0)]
+    log += [rec(11, restart=3, world=2, t=50.0, resumed=10), rec(12, 3, 2, 51.0)]
+    result = audit(log, ORDER)
+    assert result.ok, result.problems
+    assert [i.grew for i in result.interruptions] == [False, False, True]
+    assert result.replayed_per_loss == [2, 0] and result.replayed == 2
+    assert "2 step(s) replayed" in result.summary()

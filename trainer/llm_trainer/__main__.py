@@ -26,7 +26,7 @@ def train_main(argv: Sequence[str]) -> int:
 
     cfg = parse_train_args(argv)  # exits 2 on bad input, before torch is imported
     _setup_logging()
-    from llm_elastic.errors import StateLost
+    from llm_elastic import StateLost
 
     from llm_trainer.train import Trainer
 

@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from llm_elastic.cli_errors import ExitOnErrorParser, usage_error
+from llm_elastic import ExitOnErrorParser, usage_error
 
 from llm_trainer.config import TrainConfig
 

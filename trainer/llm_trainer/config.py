@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from llm_elastic.config import ElasticConfig as _RUNTIME
-from llm_elastic.contract import CHECKPOINT_ENV as CHECKPOINT_DIR_ENV
+from llm_elastic import CHECKPOINT_ENV as CHECKPOINT_DIR_ENV
+from llm_elastic import ElasticConfig as _RUNTIME
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from llm_elastic import DDP, HSDP, Elastic, ElasticConfig, ElasticSampler, Step, read_contract
-from llm_elastic.contract import IN_PROCESS, RESTART, Contract
-from llm_elastic.wrap import WrapPolicy
+from llm_elastic import (
+    DDP,
+    HSDP,
+    IN_PROCESS,
+    RESTART,
+    Contract,
+    Elastic,
+    ElasticConfig,
+    ElasticSampler,
+    Step,
+    WrapPolicy,
+    read_contract,
+)
 from torch import nn
 
 from llm_trainer.config import ModelConfig, TrainConfig, learning_rate, model_config
@@ -162,12 +172,12 @@ class Trainer:
     @property
     def model(self) -> nn.Module:
         """The model whose state is trained (unwrapped under DDP)."""
-        return self.elastic.state.model
+        return self.elastic.model
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
         """The optimizer (a new object per generation only under HSDP)."""
-        return self.elastic.state.optimizers[0]
+        return self.elastic.optimizers[0]
 
     def _autocast(self, device: torch.device) -> contextlib.AbstractContextManager[Any]:
         if self.autocast_ddp:

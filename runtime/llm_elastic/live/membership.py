@@ -188,6 +188,18 @@ class Membership:
             log.warning("etcd answers again (step %d)", step)
         self.store_out = False
 
+    def changed_since(self, gen: Generation) -> bool:
+        """At a commit: whether the membership differs from ``gen`` (read only after a watch event). An
+        unreadable store counts as no change: training goes on, etcd is needed only to re-form. Raises
+        :class:`Evicted` when this member was evicted."""
+        try:
+            return self.changed.is_set() and self.differs(gen)
+        except EtcdError as exc:
+            if not self.store_out:
+                logging.getLogger("llm_elastic").warning("membership unreadable (training goes on): %s", exc)
+            self.store_out = True
+            return False
+
     def forget_generation(self, number: int) -> None:
         """Delete what belonged to generation ``number`` (its arrivals and store)."""
         try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from llm_elastic.order import GlobalOrder
+from llm_elastic import ElasticSampler
 
 from llm_trainer.data.shards import TokenShards
 
@@ -61,7 +61,8 @@ class DistributedBatches:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world of size {world_size}")
         self.shards = shards
-        self.order = GlobalOrder(shards.num_samples, seed)
+        self.sampler = ElasticSampler(shards.num_samples, global_batch, seed)
+        """The runtime's cut of the global order into steps and ranks (the same one the step log records)."""
         self.seed = seed
         self.global_batch = global_batch
         self.micro_batch = micro_batch
@@ -86,14 +87,15 @@ class DistributedBatches:
             raise ValueError(f"the checkpoint was trained with --seed {state.get('seed')}, not {self.seed}")
         self.position = int(state["position"])
 
-    def positions_of_rank(self, start: int) -> list[int]:
-        """Stream positions of this rank in the step that starts at ``start``."""
-        return list(range(start + self.rank, start + self.global_batch, self.world_size))
-
     def next_step(self) -> StepBatch:
         """The next step's batches; advances the position by one global batch."""
         start = self.position
-        ids = [self.order.sample_id(p) for p in self.positions_of_rank(start)]
+        step, offset = divmod(start, self.global_batch)
+        if offset:
+            raise ValueError(
+                f"data position {start} is not at a step boundary (global batch {self.global_batch})"
+            )
+        ids = self.sampler.indices(step, self.rank, self.world_size)
         chunks = [list(c) for c in np.array_split(np.asarray(ids, dtype=np.int64), self.micro_steps)]
         micro: list[MicroBatch] = []
         for chunk in chunks:

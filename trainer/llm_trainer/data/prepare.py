@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_elastic.cli_errors import ExitOnErrorParser, usage_error
+from llm_elastic import ExitOnErrorParser, usage_error
 
 from llm_trainer.data.shards import ShardWriter
 from llm_trainer.data.tokenizer import load_tokenizer

@@ -1,0 +1,190 @@
+"""The recovery modes as objects (the operator's contract names one, :mod:`llm_elastic.contract`): each opens
+and closes the process groups of its generations and decides what a step boundary and a failure mean.
+
+* :class:`Restart` (under torchrun) and :class:`Standalone` (one process, a group of its own): one process
+  group for the life of the process; the state comes from the newest snapshot or checkpoint at start; a
+  stop saves and ends the process (:class:`Fixed`).
+* ``InProcess`` (:mod:`llm_elastic.inprocess`): a fresh group per generation of the live membership.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from llm_elastic.config import ElasticConfig
+from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, Contract
+from llm_elastic.errors import EXIT_PEER_STOPPED
+from llm_elastic.leave import Leave
+from llm_elastic.step import Step
+from llm_elastic.wrap import WrapPolicy
+
+if TYPE_CHECKING:
+    from llm_elastic.session import Elastic
+
+log = logging.getLogger("llm_elastic")
+
+
+@dataclass(frozen=True)
+class World:
+    """This process in the current generation."""
+
+    rank: int = 0
+    world_size: int = 1
+    generation: int = 0
+    """The generation number (restart mode: torchelastic's restart count)."""
+
+
+def pick_device(local_rank: int) -> torch.device:
+    """This process's GPU (by local rank), or the CPU; the current CUDA device is set."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def backend_for(device: torch.device) -> str:
+    """gloo on CPU; NCCL for device tensors with gloo beside it for CPU collectives."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
+class RecoveryMode:
+    """What a mode decides; the base is a fixed group with no membership."""
+
+    name = ""
+    live = False
+    """Generations of a live membership (in process): groups change, a lost peer is survived."""
+
+    def check(self, wrap: WrapPolicy) -> None:
+        """Refuse (exit 2) a wrap policy this mode cannot use."""
+
+    def labels(self, contract: Contract) -> dict[str, str]:
+        """The metrics' labels."""
+        return {"rank": str(contract.rank)}
+
+    def run(self, s: Elastic) -> Iterator[Step]:
+        """Yield the steps still to train (groups, restore, step boundaries); ends when all are done."""
+        raise NotImplementedError
+
+    def membership_changed(self) -> bool:
+        """At a commit: whether this member saw the membership change (raises ``Evicted``)."""
+        return False
+
+    def peer_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` in a step means a lost peer (the step is discarded), not a local failure."""
+        return False
+
+    def at_boundary(self, s: Elastic, step: Step) -> bool:
+        """Act on the step's verdict (stops, evictions); True when the generation ends after this step."""
+        raise NotImplementedError
+
+    def completed(self, s: Elastic) -> None:
+        """A step completed (after its metrics, before its step log line)."""
+
+    def record(self, s: Elastic) -> tuple[int, dict[str, Any]]:
+        """The step log's ``restart`` value and this mode's own fields."""
+        raise NotImplementedError
+
+    def leave(self) -> None:
+        """Leave the job at once (best effort)."""
+
+    def close(self) -> None:
+        """The loop ended: let go of what the mode holds."""
+
+
+class Fixed(RecoveryMode):
+    """One process group for the life of the process."""
+
+    def __init__(self, config: ElasticConfig) -> None:
+        self.config = config
+        self.runs_before = 0
+        """Runs of this job before this one (from the step log), for the step records."""
+
+    def open_group(self, backend: str, timeout: timedelta) -> None:
+        raise NotImplementedError
+
+    def run(self, s: Elastic) -> Iterator[Step]:
+        self.open_group(s.backend, timedelta(seconds=self.config.collective_timeout))
+        s.world = World(dist.get_rank(), dist.get_world_size(), s.contract.agent_restarts)
+        s.open_generation()
+        self._restore(s)
+        self.runs_before = s.reporter.runs_before(s.rank)
+        while s.progress.step < self.config.total_steps:
+            step = Step(s, s.progress.step)
+            yield step
+            s.after_step(step)
+        s.persistence.final_save()
+
+    def _restore(self, s: Elastic) -> None:
+        started = time.monotonic()
+        restored = s.restore_collective()
+        if restored is None:
+            s.progress.fresh = False
+            return
+        s.progress = restored
+        p = s.persistence
+        p.restored = replace(p.restored, resumed_from=restored.step, seconds=time.monotonic() - started)
+        if s.rank == 0:
+            log.info(
+                "resumed from step %d from %s in %.2fs", restored.step, p.restored.source, p.restored.seconds
+            )
+
+    def at_boundary(self, s: Elastic, step: Step) -> bool:
+        assert step.verdict is not None
+        if step.verdict.stopping:
+            s.persistence.final_save()
+            raise Leave(self._stop_exit_code(s))
+        return False
+
+    def _stop_exit_code(self, s: Elastic) -> int:
+        if s.stop.requested or s.stop.wait(self.config.peer_stop_grace):
+            log.info("stopped by %s at step %d after saving", s.stop.signal_name, s.progress.step)
+            return 0
+        log.warning("another rank stopped at step %d; exiting for a re-rendezvous", s.progress.step)
+        return EXIT_PEER_STOPPED
+
+    def record(self, s: Elastic) -> tuple[int, dict[str, Any]]:
+        r = s.restored
+        fields = {
+            "agent_restart": s.contract.agent_restarts,
+            "restore_seconds": round(r.seconds, 3),
+            "restore_peers": r.peers,
+        }
+        return self.runs_before, fields
+
+
+class Restart(Fixed):
+    """Under torchrun: torchelastic's group; a failure ends the process and torchrun restarts every worker."""
+
+    name = RESTART
+
+    def open_group(self, backend: str, timeout: timedelta) -> None:
+        dist.init_process_group(backend, timeout=timeout)
+
+
+class Standalone(Fixed):
+    """One process outside any launcher: a one-rank group on an in-memory store."""
+
+    name = STANDALONE
+
+    def open_group(self, backend: str, timeout: timedelta) -> None:
+        from torch._C._distributed_c10d import HashStore
+
+        dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, timeout=timeout)
+
+
+def make_mode(name: str, config: ElasticConfig) -> RecoveryMode:
+    """The mode object for the contract's mode name."""
+    if name == IN_PROCESS:
+        from llm_elastic.inprocess import InProcess
+
+        return InProcess(config)
+    return Restart(config) if name == RESTART else Standalone(config)

@@ -1,0 +1,265 @@
+"""Where the training state goes and comes back from: the generation's checkpointer and snapshotter, when to
+save (:meth:`Persistence.at_step_end` decides itself), the final save, and the restore with fallback (the
+newest in-memory snapshot every rank can get, else the newest complete checkpoint that loads).
+
+Extras (the program's ``Stateful`` objects) travel as one ``torch.save`` blob: a file beside a checkpoint,
+base64 inside a snapshot's JSON meta.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from llm_elastic.errors import StateLost
+from llm_elastic.leave import Leave
+from llm_elastic.transfer import Progress
+
+if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.3 s of start-up
+    from llm_elastic.checkpoint import Checkpointer
+    from llm_elastic.session import Elastic
+    from llm_elastic.snapshot.manager import Snapshotter
+
+log = logging.getLogger("llm_elastic")
+
+
+@dataclass(frozen=True)
+class RestoreFacts:
+    """Where this process's state came from at its start (``Elastic.restored``)."""
+
+    resumed_from: int | None = None
+    """The step training resumed at (in process: the step the generation agreed on); None: from scratch."""
+    source: str | None = None
+    """``"memory"`` (a snapshot), ``"checkpoint"``, or None (nothing restored from storage)."""
+    seconds: float = 0.0
+    """Restart mode and standalone: wall seconds the restore took."""
+    peers: int = 0
+    """Ranks that received their snapshot shard from another node."""
+
+
+class Persistence:
+    """Checkpoints and snapshots of one session (``live``: in process, where every generation has new
+    groups, and a restore from a checkpoint counts as a restart of the job's state)."""
+
+    def __init__(self, session: Elastic, live: bool) -> None:
+        self.session = session
+        self.config = session.config
+        self.live = live
+        self.checkpointer: Checkpointer | None = None
+        self.snapshots: Snapshotter | None = None
+        self.saved_step = -1
+        self.restored = RestoreFacts()
+
+    # -- a generation's parts ------------------------------------------------------------------------------
+
+    def open(
+        self, rank: int, world_size: int, local_world_size: int, layout_key: str, replicated: bool
+    ) -> None:
+        """Make the generation's checkpointer and snapshotter (leave with 1 when snapshots cannot fit)."""
+        cfg, state = self.config, self.session.state
+        if cfg.checkpoint_dir:
+            from llm_elastic.checkpoint import Checkpointer
+
+            persist_group = _cpu_group() if cfg.async_checkpoint else None
+            self.checkpointer = Checkpointer(
+                Path(cfg.checkpoint_dir),
+                cfg.keep_checkpoints,
+                rank,
+                persist_group,
+                cache_plans=not self.live,  # the group changes with every generation
+            )
+        if cfg.snapshot_every:
+            from llm_elastic.snapshot.manager import Snapshotter
+            from llm_elastic.snapshot.space import SnapshotSpaceError, check_snapshot_space, human
+
+            try:
+                need = check_snapshot_space(
+                    Path(cfg.snapshot_dir), state.model, state.optimizers[0], world_size, local_world_size
+                )
+            except SnapshotSpaceError as exc:  # one line now, rather than SIGBUS at the first snapshot
+                log.error("%s", exc)
+                raise Leave(1) from None
+            log.info("snapshots need %s per node in %s", human(need), cfg.snapshot_dir)
+            self.snapshots = Snapshotter(
+                Path(cfg.snapshot_dir),
+                rank,
+                world_size,
+                local_world_size,
+                _cpu_group(),
+                layout_key,
+                replicated=replicated,
+            )
+
+    def close(self) -> None:
+        """The generation ended: its checkpointer and snapshotter go with its groups."""
+        self.checkpointer = None
+        self.snapshots = None
+
+    @property
+    def busy(self) -> bool:
+        """A snapshot copy is still in flight."""
+        return self.snapshots is not None and self.snapshots.busy
+
+    def before_update(self) -> None:
+        """Order the optimizer's update after the checkpoint's staging copies (a no-op on CPU)."""
+        if self.checkpointer is not None:
+            self.checkpointer.before_update()
+
+    def wait(self) -> None:
+        """Wait for a checkpoint persisting in the background (a failure is logged)."""
+        if self.checkpointer is not None:
+            try:
+                self.checkpointer.wait()
+            except RuntimeError as exc:
+                log.warning("%s", exc)
+
+    # -- saving --------------------------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, Any]:
+        """The JSON facts saved with the current step (checkpoint marker, snapshot header)."""
+        s = self.session
+        progress, sampler = s.progress, s.sampler
+        out: dict[str, Any] = {
+            **self.config.meta,
+            "step": progress.step,
+            "world_size": s.world_size,
+            "last_loss": progress.last_loss if math.isfinite(progress.last_loss) else None,
+            "restarts": progress.restarts,
+            "job_process_restarts": s.job_process_restarts,
+        }
+        if sampler is not None:
+            out["samples_seen"] = progress.step * sampler.global_batch
+            out["data"] = {**sampler.state_dict(), "position": out["samples_seen"]}
+        return out
+
+    def extras_blob(self) -> bytes:
+        """The extras' state dicts, ``torch.save``d."""
+        buffer = io.BytesIO()
+        torch.save(self.session.state.extras_state(), buffer)
+        return buffer.getvalue()
+
+    def load_extras(self, raw: bytes | None) -> None:
+        """Load the extras from a blob made by :meth:`extras_blob` (None or empty: nothing saved)."""
+        if not raw:
+            return
+        state = torch.load(io.BytesIO(raw), weights_only=False)
+        try:
+            self.session.state.load_extras_state(state)
+        except ValueError as exc:
+            raise StateLost(f"the saved state does not fit this run: {exc}") from exc
+
+    def save(self) -> None:
+        """Collective checkpoint of the current step (unless saved already, or checkpoints are off)."""
+        step, state = self.session.progress.step, self.session.state
+        if self.checkpointer is None or self.saved_step == step or step == 0:
+            return
+        save = self.checkpointer.save_async if self.config.async_checkpoint else self.checkpointer.save
+        save(step, state.model, state.optims, self.meta(), self.extras_blob())
+        self.saved_step = step
+        self.session.reporter.update(last_saved_step=step, last_saved_timestamp_seconds=time.time())
+
+    def snapshot(self) -> None:
+        """Take an in-memory snapshot of the current step (collective; none without a snapshotter)."""
+        if self.snapshots is not None:
+            meta = {**self.meta(), "extras": base64.b64encode(self.extras_blob()).decode()}
+            state = self.session.state
+            self.snapshots.take(self.session.progress.step, state.model, state.optims, meta)
+
+    def at_step_end(self, busy: bool) -> None:
+        """The cadence: a snapshot every ``snapshot_every`` steps (skipped by all while a copy is ``busy``),
+        a checkpoint every ``checkpoint_every``; the last step is left to :meth:`final_save`."""
+        cfg, at = self.config, self.session.progress.step
+        if cfg.snapshot_every and at % cfg.snapshot_every == 0 and not busy and at < cfg.total_steps:
+            self.snapshot()
+        if cfg.checkpoint_every and at % cfg.checkpoint_every == 0 and at < cfg.total_steps:
+            self.save()
+
+    def final_save(self) -> None:
+        """Stop or end: snapshot and checkpoint the last step and wait for both to be complete."""
+        if self.snapshots is not None and self.snapshots.taken_step != self.session.progress.step:
+            self.snapshots.wait()
+            self.snapshot()
+        self.save()
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
+        if self.snapshots is not None:
+            self.snapshots.wait()
+
+    # -- restoring -----------------------------------------------------------------------------------------
+
+    def restore(self, rank: int) -> tuple[Progress, int] | None:
+        """Collective: the newest in-memory snapshot every rank can get, else the newest complete checkpoint
+        (rank 0 picks it for all); with the job's process restarts saved with it. None when neither exists."""
+        from llm_elastic.checkpoint import CheckpointInfo, complete_checkpoints, read_extras
+
+        cfg, state = self.config, self.session.state
+        candidates: list[CheckpointInfo] = []
+        if cfg.checkpoint_dir:
+            choice: list[list[CheckpointInfo] | None] = [
+                complete_checkpoints(Path(cfg.checkpoint_dir))[::-1] if rank == 0 else None
+            ]
+            dist.broadcast_object_list(choice, src=0)
+            candidates = choice[0] or []
+        info = candidates[0] if candidates else None
+        if self.snapshots is not None:
+            found = self.snapshots.restore(state.model, state.optims, info.step if info else 0)
+            if found is not None:
+                meta, where, peers = found
+                encoded = meta.get("extras")
+                self.load_extras(base64.b64decode(encoded) if encoded else None)
+                self.restored = RestoreFacts(
+                    self.restored.resumed_from, "memory", self.restored.seconds, peers
+                )
+                log.info("rank %d: snapshot shard from %s", rank, where)
+                progress = Progress(
+                    int(meta["step"]),
+                    float(meta.get("last_loss", math.nan)),
+                    False,
+                    int(meta.get("restarts", 0)),
+                )
+                return progress, int(meta.get("job_process_restarts", 0))
+        if info is None or self.checkpointer is None:
+            return None
+        loaded: dict[str, Any] | None = None
+        for info in candidates:  # newest first; a checkpoint that will not load falls back to the one before
+            try:
+                loaded = self.checkpointer.load(info, state.model, state.optims)
+                break
+            except (KeyError, ValueError, RuntimeError) as exc:  # DCP raises on every rank alike
+                log.error("checkpoint %s does not load (%s): trying the one before", info.path, exc)
+        if loaded is None:
+            raise StateLost(f"no complete checkpoint under {cfg.checkpoint_dir} loads")
+        self.load_extras(read_extras(info))
+        self.saved_step = info.step
+        r = self.restored
+        self.restored = RestoreFacts(r.resumed_from, "checkpoint", r.seconds, r.peers)
+        restarts = int(loaded.get("restarts", 0))
+        if self.live:  # every member was new: the job's state came back from storage
+            restarts += 1
+            log.info("every member was new: resumed from checkpoint step-%d", info.step)
+        progress = Progress(info.step, float(loaded.get("last_loss", math.nan)), False, restarts)
+        return progress, int(loaded.get("job_process_restarts", 0))
+
+
+def layout_key(session: Elastic) -> str:
+    """What a snapshot must match to be loaded: the model's type and size, the shard size, the meta."""
+    model = session.state.model
+    params = sum(p.numel() for p in model.parameters())
+    meta = json.dumps(session.config.meta, sort_keys=True)
+    return f"{type(model).__name__}|{params}|{session.wrap_policy.shard_size}|{meta}"
+
+
+def _cpu_group() -> dist.ProcessGroup:
+    group = dist.new_group(backend="gloo")
+    assert isinstance(group, dist.ProcessGroup)
+    return group
