@@ -265,16 +265,16 @@ def big_cpu_nodes(count: int) -> list[dict[str, Any]]:
     return out
 
 
-def bench_cluster(name: str) -> LocalCluster:
-    """Print the machine and versions, start the local cluster ``name`` (6 fake p5 nodes, 1 CPU node),
-    point KUBECONFIG at it and create the benchmark namespace."""
+def bench_cluster(name: str, gpu_nodes: int = 6) -> LocalCluster:
+    """Print the machine and versions, start the local cluster ``name`` (``gpu_nodes`` fake p5 nodes, 1
+    CPU node), point KUBECONFIG at it and create the benchmark namespace."""
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} cores,"
         f" {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
     )
     print(f"versions: kubernetes {tools.KUBE_VERSION}, etcd {tools.ETCD_VERSION}, kwok {tools.KWOK_VERSION}")
     cluster = LocalCluster(name)
-    cluster.up(gpu_nodes=6, cpu_nodes=1)
+    cluster.up(gpu_nodes=gpu_nodes, cpu_nodes=1)
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     cluster.kube.run("create", "namespace", NS, check=False)
     return cluster

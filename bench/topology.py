@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from typing import Any
 
-import psutil
 import yaml
-from elasticity import job_doc, percentile, start_operator  # bench/ is on sys.path when a bench script runs
+from elasticity import (  # bench/ is on sys.path when a bench script runs
+    bench_cluster,
+    job_doc,
+    percentile,
+    start_operator,
+)
 from llm_operator import labels
-from llm_testbed.localcluster import chaos, nodes, tools
-from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster import chaos, nodes
 from llm_testbed.localcluster.kubectl import Kubectl
 from llm_testbed.localcluster.waiting import poll
 
@@ -104,16 +105,8 @@ def main() -> int:
     parser.add_argument("--modes", default="none,preferred,required")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {os.cpu_count()} cores,"
-        f" {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
-    )
-    print(f"versions: kubernetes {tools.KUBE_VERSION}, kwok {tools.KWOK_VERSION}")
-    cluster = LocalCluster("llmjob-bench-topology")
-    cluster.up(gpu_nodes=9, cpu_nodes=1)
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    cluster = bench_cluster("llmjob-bench-topology", gpu_nodes=9)
     kube = cluster.kube
-    kube.run("create", "namespace", NS, check=False)
     op = start_operator(cluster.logs_dir / "bench-operator.log")
     results: dict[str, Any] = {}
     try:
