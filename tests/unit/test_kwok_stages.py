@@ -60,8 +60,10 @@ def _matching(kind: str, obj: dict[str, Any]) -> list[str]:
 
 
 def _pod(phase: str, *, deleting: bool = False, ready: str | None = None, exit_code: str | None = None,
-         job: bool = False) -> dict[str, Any]:  # fmt: skip
+         job: bool = False, node_lost: bool = False) -> dict[str, Any]:  # fmt: skip
     meta: dict[str, Any] = {"name": "p", "annotations": {}}
+    if node_lost:
+        meta["labels"] = {marks.POD_ON_DEAD_NODE_LABEL: "true"}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     if exit_code is not None:
@@ -136,6 +138,18 @@ def test_at_most_one_pod_stage_matches(
 )
 def test_pod_lifecycle_lands_in_the_intended_stage(pod: dict[str, Any], expected: list[str]) -> None:
     assert _matching("Pod", pod) == expected
+
+
+@pytest.mark.parametrize(
+    ("phase", "deleting", "ready", "exit_code"),
+    list(itertools.product(["Pending", "Running"], [False, True], [None, "True", "False"], [None, "3"])),
+)
+def test_no_pod_stage_touches_a_pod_whose_node_is_dead(
+    phase: str, deleting: bool, ready: str | None, exit_code: str | None
+) -> None:
+    """Not ready again, no deletion finished, no exit: the pod waits for its node like on a real cluster."""
+    pod = _pod(phase, deleting=deleting, ready=ready, exit_code=exit_code, node_lost=True)
+    assert _matching("Pod", pod) == []
 
 
 @pytest.mark.parametrize(

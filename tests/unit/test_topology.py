@@ -340,9 +340,11 @@ def test_status_topology_cleared_when_the_spec_drops_it() -> None:
 
 
 def test_spread_jobs_gauge() -> None:
-    metrics.observe_topology("ml", "a", True)
-    metrics.observe_topology("ml", "b", True)
-    metrics.observe_topology("ml", "a", False)
-    assert metrics.TOPOLOGY_SPREAD._value.get() == 1
-    metrics.forget_job("ml", "b")
-    assert metrics.TOPOLOGY_SPREAD._value.get() == 0
+    """Counted per job, relative to what other tests of this process left in the (global) gauge."""
+    base = metrics.TOPOLOGY_SPREAD._value.get()
+    metrics.observe_topology("ml-gauge", "a", True)
+    metrics.observe_topology("ml-gauge", "b", True)
+    metrics.observe_topology("ml-gauge", "a", False)
+    assert metrics.TOPOLOGY_SPREAD._value.get() == base + 1
+    metrics.forget_job("ml-gauge", "b")
+    assert metrics.TOPOLOGY_SPREAD._value.get() == base

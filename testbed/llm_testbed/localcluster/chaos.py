@@ -110,8 +110,11 @@ def node_not_ready(
     _node(k, node)
     # The mark goes first (no node Stage matches a marked node, and the pod runner stops its pods), then
     # the Lease: from then on kwok leaves the node alone, so nothing "repairs" the status written below.
+    # kwok learns that the Lease is no longer its own only from its watch, a moment later: the pods' own
+    # mark keeps every pod Stage off them meanwhile (no "ready again", no finished deletion).
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}=true", "--overwrite")
     hold_lease(k, node)
+    pods = [p for p in pods_on_node(k, node) if _label_pod(k, p, f"{marks.POD_ON_DEAD_NODE_LABEL}=true")]
     now = _now()
     lost = [
         {"type": kind, "status": "Unknown", "reason": "NodeStatusUnknown", "message": LOST_MESSAGE,
@@ -119,7 +122,7 @@ def node_not_ready(
         for kind in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
     ]  # fmt: skip
     k.patch("node", node, {"status": {"conditions": lost}}, patch_type="strategic", subresource="status")
-    for pod in pods_on_node(k, node):
+    for pod in pods:
         if condition(pod, "Ready") == "True":
             _mark_pod_not_ready(k, pod, node, now)
     if wait:
@@ -128,6 +131,18 @@ def node_not_ready(
             timeout=timeout,
             what=f"kube-controller-manager to taint node {node} {UNREACHABLE_TAINT}",
         )
+
+
+def _label_pod(kube: Kubectl, pod: dict[str, Any], change: str) -> bool:
+    """``kubectl label`` one pod (``key=value`` or ``key-``); False when it is gone."""
+    meta = pod["metadata"]
+    try:
+        kube.run("label", "pod", meta["name"], change, "--overwrite", "--namespace", meta["namespace"])
+    except KubectlError as exc:
+        if exc.not_found:
+            return False
+        raise
+    return True
 
 
 def _mark_pod_not_ready(kube: Kubectl, pod: dict[str, Any], node: str, now: str) -> None:
@@ -174,6 +189,9 @@ def node_ready(
     _node(k, node)
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}-")
     release_lease(k, node)  # kwok creates a new one at its next try (within a quarter lease) and acts again
+    for pod in pods_on_node(k, node):
+        if marks.POD_ON_DEAD_NODE_LABEL in (pod["metadata"].get("labels") or {}):
+            _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}-")
     if not wait:
         return
     poll(lambda: is_ready(_node(k, node)), timeout=timeout, what=f"node {node} to be Ready and untainted")

@@ -12,6 +12,10 @@ from typing import Final
 # chaos.node_not_ready also takes the node's Lease from kwok (kwok then leaves the node and its pods alone)
 # and reports the node Ready=Unknown and its pods not ready at once.
 NODE_NOT_READY_LABEL: Final = "elasticllm.dev/fake-not-ready"
+# Pod label: the pod's node is dead (chaos.node_not_ready puts it on every pod there, node_ready takes it
+# off). No pod Stage matches a pod with it: kwok may not yet know that it lost the node's Lease, and must
+# not report such a pod ready again or finish its deletion meanwhile.
+POD_ON_DEAD_NODE_LABEL: Final = "elasticllm.dev/fake-node-lost"
 # Pod annotation: the integer exit code the pod's main containers terminate with (0 -> Succeeded).
 POD_EXIT_CODE_ANNOTATION: Final = "elasticllm.dev/fake-exit-code"
 # Node label that tells the fake GPU nodes from the fake CPU nodes.
