@@ -3,8 +3,6 @@ settings, one warning per field without an equivalent, and clear errors (exit 2)
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,8 @@ from llm_operator.builders.desired import desired_objects
 from llm_operator.convert import ConvertError, convert_documents, launcher
 from llm_operator.settings import Settings
 
+from .test_cli import _llmjob  # one way to run the CLI in tests
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "convert"
 
 
@@ -22,16 +22,6 @@ def _convert(name: str) -> tuple[dict[str, Any], list[str]]:
     docs = [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
     (converted,) = convert_documents(docs)
     return converted.job, converted.warnings
-
-
-def _llmjob(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llm_operator.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _pods(job: dict[str, Any]) -> list[dict[str, Any]]:
