@@ -7,6 +7,9 @@
 - The phantom-failure guard (``nodewatch.NodeGuard``) watches the nodes of both clusters: a node that
   leaves Ready without a test having failed it fails the test it happened in, with a message of its own
   ("PHANTOM NODE FAILURE"), never as a timeout somewhere else.
+- Each session cluster has a supervisor (``restart.Supervisor``) that starts a component which exited by
+  itself again; the test it happened in fails ("CONTROL PLANE COMPONENT DIED"). Tests that fault the
+  control plane on purpose take those restarts from ``control_plane_supervisor``.
 - ``namespace`` (function): a fresh namespace per test, deleted afterwards (pods force-deleted first,
   so pods stuck Terminating on a NotReady node cannot hold it).
 - ``process_cluster`` (session): a second local cluster, ``pytest-run-<pid>``, started with ``run_pods``:
@@ -29,7 +32,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import support.*` in every import mode
 
-from llm_testbed.localcluster import chaos, nodes, paths
+from llm_testbed.localcluster import chaos, nodes, paths, restart
 from llm_testbed.localcluster.cluster import LocalCluster, cluster_names, pid_alive
 from llm_testbed.localcluster.nodewatch import NodeGuard
 from support.wait import wait_for
@@ -46,6 +49,7 @@ _session_logs: Path | None = None
 _session_peak_memory: dict[str, int] = {}
 _process_cluster: LocalCluster | None = None  # set while the run-pods cluster exists
 _guards: dict[str, NodeGuard] = {}  # fixture name -> the phantom-failure guard of its cluster
+_supervisors: dict[str, restart.Supervisor] = {}  # fixture name -> what restarts its cluster's components
 
 
 @pytest.fixture(scope="session")
@@ -62,8 +66,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         os.environ["KUBECONFIG"] = str(local.kubeconfig)
         _session_ready = True
         _guards["cluster"] = NodeGuard(local.kube).start()
+        _supervisors["cluster"] = restart.Supervisor.of(local).start()
         yield local
     finally:
+        _stop_supervisor("cluster")
         _stop_guard("cluster")
         _session_ready = False
         _session_cluster = None
@@ -114,6 +120,38 @@ def _restore_cluster_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
         chaos.restore_nodes(baseline, kube=_session_cluster.kube, timeout=60)
 
 
+def _stop_supervisor(name: str) -> None:
+    supervisor = _supervisors.pop(name, None)
+    if supervisor is not None:
+        supervisor.stop()
+
+
+@pytest.fixture
+def control_plane_supervisor(cluster: LocalCluster) -> restart.Supervisor:
+    """For a test that faults the control plane on purpose: the session cluster's supervisor, whose
+    restarts (``take()``) are the test's to report, not a broken test bed."""
+    return _supervisors["cluster"]
+
+
+@pytest.fixture(autouse=True)
+def _control_plane_whole(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test during which a component of a session cluster exited by itself. The supervisor has
+    started it again, so the tests after it run on a whole control plane (before it, one kube-scheduler
+    that exited left every later cluster test to time out on Pending pods)."""
+    yield
+    for fixture, supervisor in list(_supervisors.items()):
+        if fixture not in request.fixturenames:
+            continue
+        restarted = supervisor.take()
+        if restarted:
+            lines = "\n".join(f"  - {r.describe()}" for r in restarted)
+            pytest.fail(
+                f"CONTROL PLANE COMPONENT DIED while this test ran ({fixture}; started again for the tests"
+                f" after it):\n{lines}",
+                pytrace=False,
+            )
+
+
 @pytest.fixture(scope="session")
 def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local cluster whose pods run as real processes (``LocalCluster.up(..., run_pods=True)``)."""
@@ -125,8 +163,10 @@ def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
     try:
         local.up(PROCESS_GPU_NODES, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True)
         _guards["process_cluster"] = NodeGuard(local.kube).start()
+        _supervisors["process_cluster"] = restart.Supervisor.of(local).start()
         yield local
     finally:
+        _stop_supervisor("process_cluster")
         _stop_guard("process_cluster")
         _process_cluster = None
         local.collect_logs(logs)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_testbed.localcluster import chaos, marks
+from llm_testbed.localcluster import chaos, marks, restart
 from llm_testbed.localcluster.chaos import condition
 from llm_testbed.localcluster.cluster import LocalCluster
 from support.kube import create, get_pod, pod_manifest, pod_running_ready
@@ -70,6 +71,29 @@ def test_kubectl_get_nodes_shows_them_ready(cluster: LocalCluster) -> None:
     statuses = {line.split()[0]: line.split()[1] for line in out}
     assert len(statuses) == TEST_GPU_NODES + TEST_CPU_NODES
     assert set(statuses.values()) == {"Ready"}
+
+
+# -------------------------------------------------------------------------------------- control plane
+def test_a_component_that_exits_is_started_again_but_not_one_a_test_stopped(
+    cluster: LocalCluster, namespace: str, control_plane_supervisor: restart.Supervisor
+) -> None:
+    """kube-scheduler exits by itself (as it does on a cache it finds corrupted): the supervisor starts it
+    again and pods are scheduled. etcd stopped on purpose (``restart.stop``) stays down until the test
+    starts it."""
+    old = cluster.component_pids()["kube-scheduler"]
+    os.kill(old, signal.SIGKILL)
+    restarted = wait_for(control_plane_supervisor.take, 30, "kube-scheduler started again")
+    assert [r.component for r in restarted] == ["kube-scheduler"]
+    assert cluster.component_pids()["kube-scheduler"] != old
+    _running_pod(cluster, namespace, "after-restart", gpus=1)
+
+    held = restart.stop(cluster, "etcd")
+    try:
+        assert restart.dead(cluster) == ["etcd"]
+        assert control_plane_supervisor.check() == [], "the supervisor would undo a fault made on purpose"
+    finally:
+        held.start()
+    assert restart.dead(cluster) == []
 
 
 # ------------------------------------------------------------------------------------------------- pods

@@ -49,6 +49,12 @@ DISABLED_CONTROLLERS = (
 )
 
 
+# One scheduler and one controller-manager per cluster, so no leader election: with it on, each exits for
+# good ("leaderelection lost") once kube-apiserver or etcd is away longer than its renew deadline (10 s),
+# and every pod after that stays Pending. A control-plane fault test caused exactly that on a CI machine.
+NO_LEADER_ELECTION = {"key": "leader-elect", "value": "false"}
+
+
 @dataclass(frozen=True)
 class KwokctlSettings:
     """What varies between clusters; everything else is fixed for a lean, fast local control plane."""
@@ -106,11 +112,13 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
                 "name": "kube-controller-manager",
                 "extraArgs": [
                     {"key": "controllers", "value": controllers},
+                    NO_LEADER_ELECTION,
                     # Taint lost nodes NoExecute at once (default 0.1 node/s: one node every 10 s).
                     {"key": "node-eviction-rate", "value": "100"},
                     {"key": "secondary-node-eviction-rate", "value": "100"},
                 ],
             },
+            {"name": "kube-scheduler", "extraArgs": [NO_LEADER_ELECTION]},
         ],
     }
 

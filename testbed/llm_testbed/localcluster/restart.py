@@ -2,9 +2,15 @@
 
 kwokctl's binary runtime runs each component as a process with its pid in ``pids/<component>.pid`` and
 its output in ``logs/<component>.log``, but has no command to restart one. :func:`stop` takes the
-process's own command line, working folder and environment from ``/proc`` before it kills it, so the
-restart (:meth:`Stopped.start`) is the same component with the same flags, data and ports, like a
-crashed control-plane process that its supervisor brings back.
+process's own command line, working folder and environment from ``/proc`` (:func:`capture`) before it
+kills it, so the restart (:meth:`Launch.start`) is the same component with the same flags, data and
+ports, like a crashed control-plane process that its supervisor brings back.
+
+:class:`Supervisor` is that supervisor for components that exit by themselves, as kubelet is for a real
+control plane's static pods: kube-scheduler, for one, exits on purpose when its cache sees a pod bound to
+another node than it assumed (a bind whose answer was lost while etcd was down). A component stopped with
+:func:`stop` is held (a ``<component>.held`` file beside its pid file) until :meth:`Launch.start`, so the
+supervisor never undoes a fault a test made on purpose.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ READY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
-class Stopped:
-    """A component that :func:`stop` ended, with what it takes to start it again."""
+class Launch:
+    """How a component was started: what it takes to start it again the same way."""
 
     cluster: LocalCluster
     component: str
@@ -35,8 +41,9 @@ class Stopped:
     cwd: str
     env: dict[str, str]
 
-    def start(self) -> int:
-        """Start the component as it was; wait until the apiserver answers /readyz again. Its pid."""
+    def start(self, wait: bool = True) -> int:
+        """Start the component as it was (and release its hold); with ``wait``, wait until the apiserver
+        answers /readyz again. Its pid."""
         log = (self.cluster.logs_dir / f"{self.component}.log").open("ab")
         proc = subprocess.Popen(
             self.argv,
@@ -51,6 +58,9 @@ class Stopped:
         # kwokctl stops components by pid later; reap ours when it exits so no zombie looks alive.
         threading.Thread(target=proc.wait, name=f"reap-{self.component}", daemon=True).start()
         _pid_file(self.cluster, self.component).write_text(f"{proc.pid}\n")
+        _held_file(self.cluster, self.component).unlink(missing_ok=True)
+        if not wait:
+            return proc.pid
         poll(
             self.cluster.is_running,
             timeout=READY_TIMEOUT_S,
@@ -64,14 +74,22 @@ def _pid_file(cluster: LocalCluster, component: str) -> Path:
     return cluster.workdir / "pids" / f"{component}.pid"
 
 
-def stop(cluster: LocalCluster, component: str) -> Stopped:
-    """SIGKILL one component (like a crash: no graceful shutdown) and wait until it is gone."""
+def _held_file(cluster: LocalCluster, component: str) -> Path:
+    return cluster.workdir / "pids" / f"{component}.held"
+
+
+def _live_pid(cluster: LocalCluster, component: str) -> int:
     if component not in COMPONENTS:
         raise LocalClusterError(f"unknown component {component!r}: one of {', '.join(COMPONENTS)}")
     pid = cluster.component_pids().get(component)
     if pid is None or not pid_alive(pid):
         raise LocalClusterError(f"{component} of cluster {cluster.name} is not running")
-    proc = Path(f"/proc/{pid}")
+    return pid
+
+
+def capture(cluster: LocalCluster, component: str) -> Launch:
+    """How the running ``component`` was started (its command line, folder and environment)."""
+    proc = Path(f"/proc/{_live_pid(cluster, component)}")
     argv = [part.decode() for part in (proc / "cmdline").read_bytes().split(b"\0") if part]
     cwd = str((proc / "cwd").readlink())
     env = dict(
@@ -79,6 +97,20 @@ def stop(cluster: LocalCluster, component: str) -> Stopped:
         for entry in (proc / "environ").read_bytes().split(b"\0")
         if b"=" in entry
     )
+    return Launch(cluster, component, argv, cwd, env)
+
+
+def dead(cluster: LocalCluster) -> list[str]:
+    """The components of ``cluster`` that are wholly gone (see :func:`_running`), in start order."""
+    pids = cluster.component_pids()
+    return [c for c in COMPONENTS if c not in pids or not _running(pids[c])]
+
+
+def stop(cluster: LocalCluster, component: str) -> Launch:
+    """SIGKILL one component (like a crash: no graceful shutdown) and wait until it is gone."""
+    launch = capture(cluster, component)
+    pid = _live_pid(cluster, component)
+    _held_file(cluster, component).touch()
     os.kill(pid, signal.SIGKILL)
     poll(
         lambda: not _running(pid),
@@ -86,7 +118,7 @@ def stop(cluster: LocalCluster, component: str) -> Stopped:
         what=f"{component} (pid {pid}) to exit",
         interval=0.05,
     )
-    return Stopped(cluster, component, argv, cwd, env)
+    return launch
 
 
 def _running(pid: int) -> bool:
@@ -107,3 +139,68 @@ def restart(cluster: LocalCluster, component: str) -> float:
     started = time.monotonic()
     stop(cluster, component).start()
     return time.monotonic() - started
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """One restart the supervisor made: which component, when (epoch seconds), its log's last line."""
+
+    component: str
+    at: float
+    last_log_line: str
+
+    def describe(self) -> str:
+        return f"{self.component} exited and was started again ({self.last_log_line[:300]})"
+
+
+class Supervisor:
+    """Starts again, the way it was started, any component of ``cluster`` that exits while not held."""
+
+    def __init__(self, launches: dict[str, Launch], interval: float = 0.5) -> None:
+        self._launches = launches
+        self._interval = interval
+        self._restarted: list[Restarted] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="control-plane-supervisor", daemon=True)
+
+    @classmethod
+    def of(cls, cluster: LocalCluster) -> Supervisor:
+        """A supervisor of every component of ``cluster``, as each runs now."""
+        return cls({component: capture(cluster, component) for component in COMPONENTS})
+
+    def start(self) -> Supervisor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def take(self) -> list[Restarted]:
+        """The restarts made since the last call."""
+        with self._lock:
+            taken, self._restarted = self._restarted, []
+        return taken
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            for component in self.check():
+                launch = self._launches[component]
+                last = _last_line(launch.cluster.logs_dir / f"{component}.log")
+                launch.start(wait=False)
+                with self._lock:
+                    self._restarted.append(Restarted(component, time.time(), last))
+
+    def check(self) -> list[str]:
+        """The components that exited and are not held."""
+        cluster = next(iter(self._launches.values())).cluster
+        return [c for c in dead(cluster) if c in self._launches and not _held_file(cluster, c).exists()]
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "empty log"
