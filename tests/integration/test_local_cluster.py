@@ -85,6 +85,8 @@ def test_a_component_that_exits_is_started_again_but_not_one_a_test_stopped(
     restarted = wait_for(control_plane_supervisor.take, 30, "kube-scheduler started again")
     assert [r.component for r in restarted] == ["kube-scheduler"]
     assert cluster.component_pids()["kube-scheduler"] != old
+    pid_file = cluster.workdir / "pids" / "kube-scheduler.pid"
+    assert pid_file.read_text().isdigit(), "kwokctl's delete could not parse it, and would leak the process"
     _running_pod(cluster, namespace, "after-restart", gpus=1)
 
     held = restart.stop(cluster, "etcd")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterable
@@ -323,11 +324,25 @@ class LocalCluster:
         say(f"deleting cluster {self.name}")
         if podrunner.stop(self.name, self.podrunner_dir):
             say("local pod runner stopped, pod processes killed")
+        pids = self.component_pids()
         self._kwokctl.delete()
+        for component, pid in pids.items():  # a component kwokctl could not stop must not outlive its files
+            if self._runs_here(pid):
+                os.kill(pid, signal.SIGKILL)
+                say(f"{component} (pid {pid}) outlived kwokctl's delete: killed")
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.config_path.unlink(missing_ok=True)
         self._kwokctl.log_path.unlink(missing_ok=True)
         return True
+
+    def _runs_here(self, pid: int) -> bool:
+        """``pid`` is a live process started from this cluster's folder (not a reused pid)."""
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, IndexError):
+            return False
+        return state != "Z" and str(self.workdir).encode() in argv
 
     def forget_failed_logs(self) -> None:
         shutil.rmtree(self.failed_logs_dir, ignore_errors=True)

@@ -57,7 +57,9 @@ class Launch:
         log.close()
         # kwokctl stops components by pid later; reap ours when it exits so no zombie looks alive.
         threading.Thread(target=proc.wait, name=f"reap-{self.component}", daemon=True).start()
-        _pid_file(self.cluster, self.component).write_text(f"{proc.pid}\n")
+        # As kwokctl writes it (a bare number: its `delete` parses the file with Atoi and, on a newline,
+        # skips the kill and leaves the process running).
+        _pid_file(self.cluster, self.component).write_text(str(proc.pid))
         _held_file(self.cluster, self.component).unlink(missing_ok=True)
         if not wait:
             return proc.pid
