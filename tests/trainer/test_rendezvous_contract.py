@@ -21,7 +21,8 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 from llm_elastic.rendezvous.etcd_backend import EtcdV3RendezvousBackend
-from llm_elastic.rendezvous.etcd_client import EtcdClient, LeaseKeeper, parse_endpoints
+from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
+from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
 from llm_elastic.rendezvous.etcd_store import EtcdV3Store
 from llm_testbed.local_etcd import LocalEtcd
 from torch.distributed.elastic.rendezvous import RendezvousStateError

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from llm_elastic.errors import Evicted, RunFinished
 from llm_elastic.live import layout
 from llm_elastic.live.layout import Action, Generation
-from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
+from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

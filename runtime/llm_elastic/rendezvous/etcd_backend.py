@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousStateError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
-from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
+from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

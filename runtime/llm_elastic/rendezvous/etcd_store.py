@@ -28,7 +28,8 @@ from datetime import timedelta
 from torch._C._distributed_c10d import Store
 from torch.distributed import DistStoreError
 
-from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
+from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -89,7 +89,8 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
     # Imported here, not at module level: torch imports this module while it is still initialising
     # torch.distributed.elastic.rendezvous (entry-point registration), and our modules import from there.
     from llm_elastic.rendezvous.etcd_backend import EtcdV3RendezvousBackend, run_prefix
-    from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, LeaseKeeper, parse_endpoints
+    from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, parse_endpoints
+    from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
     from llm_elastic.rendezvous.etcd_store import EtcdV3Store
 
     config = EtcdRendezvousConfig.from_params(params)
