@@ -71,21 +71,6 @@ def test_all_workers_is_the_others_from_the_index_and_mine_and_can_be_walked_twi
     assert sorted(p.name for p in view) == names
 
 
-def test_a_node_improves_when_it_can_take_workers_it_could_not_before() -> None:
-    from llm_operator.handlers import node_improved
-
-    ok = (True, False, ())
-    tainted = (True, False, (("karpenter.sh/disrupted", "NoSchedule"),))
-    assert node_improved(None, ok)  # a new node
-    assert node_improved((False, False, ()), ok)  # Ready again
-    assert node_improved((True, True, ()), ok)  # uncordoned
-    assert node_improved(tainted, ok)  # a taint gone
-    assert not node_improved(ok, None)  # deleted
-    assert not node_improved(ok, (False, False, ()))  # lost
-    assert not node_improved(ok, tainted)
-    assert not node_improved(ok, (True, True, ()))  # cordoned
-
-
 def test_the_prober_validates_the_job_once_per_generation() -> None:
     from typing import Any
     from unittest import mock
