@@ -69,34 +69,3 @@ def test_all_workers_is_the_others_from_the_index_and_mine_and_can_be_walked_twi
     names = sorted(p.name for p in view)
     assert names == ["a-0", "b-0", "b-1", "me-0", "me-1"]
     assert sorted(p.name for p in view) == names
-
-
-def test_the_prober_validates_the_job_once_per_generation() -> None:
-    from typing import Any
-    from unittest import mock
-
-    from llm_operator.controller import JobController
-    from llm_operator.settings import Settings
-
-    def body(generation: int, timeout: int) -> Any:
-        return {
-            "apiVersion": "elasticllm.dev/v1alpha1",
-            "kind": "LLMTrainingJob",
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": generation},
-            "spec": {
-                "minReplicas": 1,
-                "maxReplicas": 2,
-                "image": "x",
-                "failurePolicy": {"progressTimeoutSeconds": timeout},
-            },
-        }
-
-    controller = JobController(mock.Mock(), Settings(), "ns", "j")
-    with mock.patch.object(
-        JobController, "job_from", autospec=True, side_effect=JobController.job_from
-    ) as spy:
-        assert controller.progress_timeout(body(1, 600)) == 600
-        assert controller.progress_timeout(body(1, 600)) == 600
-        assert spy.call_count == 1
-        assert controller.progress_timeout(body(2, 900)) == 900  # the spec changed
-        assert spy.call_count == 2
