@@ -36,7 +36,7 @@ import yaml
 from llm_elastic import audit
 from llm_operator import labels
 from llm_testbed import training
-from llm_testbed.demo import start_operator, stop_operator
+from llm_testbed.demo_common import start_operator, stop_operator
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 

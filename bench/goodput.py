@@ -29,7 +29,7 @@ from llm_operator import labels
 from llm_operator.observe import parse_time
 from llm_operator.policy.goodput import step_log_goodput
 from llm_testbed import training
-from llm_testbed.demo import start_operator, stop_operator
+from llm_testbed.demo_common import start_operator, stop_operator
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 

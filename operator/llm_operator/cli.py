@@ -1,17 +1,43 @@
-"""`llmjob`: the command line (render, convert, crd, operator; the test bed adds cluster, tools, chaos,
-demo)."""
+"""`llmjob`: the command line (render, convert, crd, api-docs, operator).
+
+More commands come from plugins: every entry point of the group ``llmjob.commands`` names a function
+``register(subparsers)`` that adds its commands. The test bed registers ``cluster``, ``tools``, ``chaos``
+and ``demo`` there (pyproject.toml); the operator package never imports it, and in the operator image,
+which does not carry the test bed, the entry point finds no module and is skipped.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from importlib.metadata import entry_points
+from typing import Any
 
 from llm_operator.render import RenderError, render_documents, write_documents
 from llm_operator.settings import Settings
 
 EXIT_USAGE = 2
+PLUGIN_GROUP = "llmjob.commands"
+"""Entry-point group of the plugins that add commands to ``llmjob``."""
+
+Register = Callable[[Any], None]
+"""A plugin: adds its commands to ``llmjob``'s subparsers (each command sets ``func``)."""
+
+
+def installed_plugins() -> Iterator[Register]:
+    """The ``register`` functions of the installed plugins. One that cannot be imported is skipped, as the
+    test bed is in the operator image (its entry point is in the project's metadata, its package is not);
+    ``LLMJOB_DEBUG`` set: the import error is raised instead."""
+    for point in entry_points(group=PLUGIN_GROUP):
+        try:
+            register: Register = point.load()
+        except ImportError:
+            if os.environ.get("LLMJOB_DEBUG"):
+                raise
+            continue
+        yield register
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -87,10 +113,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: Sequence[Register] = ()) -> argparse.ArgumentParser:
+    """The whole command line: the built-in commands, the installed plugins', then ``plugins`` (those not
+    installed already; ``python -m llm_testbed`` passes its own)."""
     parser = argparse.ArgumentParser(
         prog="llmjob",
         description="Elastic LLM training on Kubernetes: render jobs, run the operator, local clusters.",
+        epilog=f"Plugins add more commands (entry-point group {PLUGIN_GROUP}); the test bed's cluster, tools,"
+        " chaos and demo appear once the project is installed (`make setup`, `pip install -e .`).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -164,17 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_operator)
 
-    try:  # the test bed (local cluster, chaos, demo) is not installed in the operator image
-        from llm_testbed import cli as testbed_cli
-    except ImportError:  # pragma: no cover - operator image
-        pass
-    else:
-        testbed_cli.register(sub)
+    registered: list[Register] = []
+    for register in [*installed_plugins(), *plugins]:
+        if register not in registered:
+            register(sub)
+            registered.append(register)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, plugins: Sequence[Register] = ()) -> int:
+    parser = build_parser(plugins)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

@@ -19,6 +19,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import kopf
+
+from llm_operator import labels, metrics
+from llm_operator.kube import Kube
 from llm_operator.observe import PodView
 
 LISTING_BURST_GAP_S = 1.0
@@ -87,3 +91,35 @@ class LiveWorkers(Mapping[Any, Iterable[PodView]]):
 
     def __contains__(self, key: object) -> bool:
         return key in self.index
+
+
+class IndexAudit:
+    """One job's audits of its slice of the worker index (``ghosts`` is shared by every job's)."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str, ghosts: Ghosts, every: float) -> None:
+        self.kube = kube
+        self.key = (namespace, name)
+        self.ghosts = ghosts
+        self.every = every
+        """``index_audit_seconds``: the periodic audit's interval (0: only after a re-list)."""
+        self.audited_at = time.monotonic()
+        """When this job's slice was last checked (it starts fresh: kopf starts the controllers once the
+        initial listing is indexed)."""
+
+    async def run(self, pods_index: Mapping[Any, Iterable[PodView]], logger: kopf.Logger) -> float | None:
+        """Check the slice against a consistent list when due (after a re-list of the pods, and every
+        ``every`` seconds); pods gone from the list become ghosts, filtered out of every read. Returns
+        when (monotonic) the next audit is due, None: only after a re-list."""
+        due = audit_due(self.ghosts.listed_at, self.audited_at, time.monotonic(), self.every)
+        if due is None or due > time.monotonic():
+            return due
+        indexed = list(pods_index.get(self.key, ()))
+        namespace, name = self.key
+        existing = await self.kube.pod_uids(namespace, labels.selector(name))
+        self.audited_at = time.monotonic()
+        found = self.ghosts.record(indexed, existing)
+        if found:
+            metrics.INDEX_GHOSTS.inc(len(found))
+            names = ", ".join(sorted(p.name for p in found))
+            logger.warning(f"IndexGhosts: {names} deleted during a watch gap; no longer counted")
+        return audit_due(self.ghosts.listed_at, self.audited_at, self.audited_at, self.every)

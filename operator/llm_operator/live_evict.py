@@ -19,9 +19,17 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from collections.abc import Iterable
 
 import aiohttp
+import kopf
+
+from llm_operator import metrics
+from llm_operator.api.models import LLMTrainingJob
+from llm_operator.builders import rendezvous
+from llm_operator.builders.worker import live_prefix
+from llm_operator.kube import Kube, KubeError
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +83,35 @@ async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: fl
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         raise RuntimeError(f"etcd at {address}: {type(exc).__name__}: {exc}") from exc
     return sum(counts)
+
+
+class LiveEvictor:
+    """Evicts the live members of a job's lost workers through the job's etcd, for its controller."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+
+    async def address(self, job: LLMTrainingJob) -> str:
+        """host:port of the job's etcd as the operator reaches it (see the module's docstring)."""
+        if not rendezvous.managed(job):
+            return job.spec.rendezvous.endpoint
+        ips = await self.kube.running_pod_ips(self.namespace, rendezvous.server_selector(job))
+        return f"{ips[0]}:{rendezvous.port(job)}" if ips else rendezvous.endpoint(job)
+
+    async def evict(self, job: LLMTrainingJob, pods: list[str], body: kopf.Body, logger: kopf.Logger) -> None:
+        """Best effort: on failure a Warning Event; the members' leases remove them a few seconds later."""
+        started = time.monotonic()
+        try:
+            address = await self.address(job)
+            deleted = await evict_pods(address, live_prefix(job), pods)
+        except (RuntimeError, KubeError) as exc:
+            message = f"could not evict the live members of {', '.join(pods)}: {exc}; their leases expire"
+            logger.warning(f"LiveEvictionFailed: {message}")
+            kopf.event(body, type="Warning", reason="LiveEvictionFailed", message=message)
+            return
+        metrics.LIVE_EVICTIONS.inc(deleted)
+        logger.info(
+            f"LiveMembersEvicted: {deleted} member(s) of {', '.join(pods)} at {address}"
+            f" in {1000 * (time.monotonic() - started):.0f} ms"
+        )

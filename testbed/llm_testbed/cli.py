@@ -9,9 +9,14 @@ from llm_testbed.localcluster import cli as cluster_cli
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from llm_testbed.demo import run_demo
+    """The chosen story: real training (``demo_training``) or, with --fake-nodes, ``demo``."""
+    if args.fake_nodes:
+        from llm_testbed import demo
 
-    return run_demo(args)
+        return demo.run(args)
+    from llm_testbed import demo_training
+
+    return demo_training.run(args)
 
 
 def register(subparsers: Any) -> None:

@@ -1,25 +1,24 @@
 """`llmjob demo` (`make demo`): the product in two minutes on a local control plane.
 
-By default the pods really train (``llm_testbed.demo_training``). ``--fake-nodes`` runs the operator-only
-story here: a local cluster of fake p5.48xlarge nodes whose pods run nothing, an elastic job (min 2, max 4)
-that runs at 4, one node NotReady, the operator replacing the lost worker and shrinking to what fits, the
-node restored, the job growing back, and a timeline with the reaction time of each step.
+By default the pods really train (``llm_testbed.demo_training``). ``--fake-nodes`` runs this module's
+operator-only story: a local cluster of fake p5.48xlarge nodes whose pods run nothing, an elastic job
+(min 2, max 4) that runs at 4, one node NotReady, the operator replacing the lost worker and shrinking to
+what fits, the node restored, the job growing back, and a timeline with the reaction time of each step.
+The two stories share only ``llm_testbed.demo_common``; ``llm_testbed.cli`` picks one.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 from llm_operator import labels
 
+from llm_testbed.demo_common import Timeline, start_operator, stop_operator
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl
@@ -29,26 +28,6 @@ CLUSTER = "llmjob-demo"  # the fake-node story's cluster (pods run nothing)
 JOB = "llama-demo"
 NAMESPACE = "default"
 STEP_TIMEOUT = 90.0
-
-
-@dataclass
-class Timeline:
-    """What happened and when, relative to the job's creation."""
-
-    start: float = field(default_factory=time.monotonic)
-    rows: list[tuple[str, float, str]] = field(default_factory=list)
-
-    def mark(self, what: str, reaction: str = "") -> float:
-        now = time.monotonic()
-        self.rows.append((what, now - self.start, reaction))
-        print(f"  [{now - self.start:6.1f}s] {what}" + (f"  ({reaction})" if reaction else ""), flush=True)
-        return now
-
-    def table(self) -> str:
-        width = max(len(r[0]) for r in self.rows)
-        lines = [f"{'what happened':<{width}}  {'at':>7}  reaction", f"{'-' * width}  {'-' * 7}  {'-' * 30}"]
-        lines += [f"{what:<{width}}  {at:6.1f}s  {reaction}" for what, at, reaction in self.rows]
-        return "\n".join(lines)
 
 
 def demo_job(grace: int) -> dict[str, Any]:
@@ -93,21 +72,6 @@ def _running_at(kube: Kubectl, size: int) -> bool:
     return s.get("phase") == "Running" and s.get("readyReplicas") == size and s.get("targetReplicas") == size
 
 
-def start_operator(log: Path) -> subprocess.Popen[bytes]:
-    """`llmjob operator --all-namespaces`, as README says (peering created when missing)."""
-    argv = [sys.executable, "-m", "llm_operator.cli", "operator", "--all-namespaces"]
-    argv += ["--metrics-port", "0", "--liveness-port", "0"]
-    return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=dict(os.environ))
-
-
-def stop_operator(operator: subprocess.Popen[bytes]) -> None:
-    operator.terminate()
-    try:
-        operator.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        operator.kill()
-
-
 def _fsx_volume() -> list[dict[str, Any]]:
     """A static FSx for Lustre PV and the claim bound to it (no CSI driver runs here; kwok needs none)."""
     pv = {
@@ -137,16 +101,8 @@ def _fsx_volume() -> list[dict[str, Any]]:
     return [pv, pvc]
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    """Run the chosen story; returns the exit code."""
-    if not args.fake_nodes:
-        from llm_testbed import demo_training
-
-        return demo_training.run(args)
-    return _run_fake_nodes(args)
-
-
-def _run_fake_nodes(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run the fake-node story; returns the exit code."""
     cluster = LocalCluster(CLUSTER)
     print(f">> 1/6 local control plane `{CLUSTER}` with {args.nodes} fake p5.48xlarge nodes", flush=True)
     cluster.up(gpu_nodes=args.nodes, cpu_nodes=1)

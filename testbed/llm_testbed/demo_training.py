@@ -21,7 +21,7 @@ import yaml
 from llm_operator import labels
 
 from llm_testbed import training
-from llm_testbed.demo import Timeline, start_operator, stop_operator
+from llm_testbed.demo_common import Timeline, start_operator, stop_operator
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl

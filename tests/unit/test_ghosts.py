@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
-from llm_operator.ghosts import AUDIT_MIN_INTERVAL_S, LISTING_BURST_GAP_S, Ghosts, LiveWorkers, audit_due
+import asyncio
+import logging
+import time
 
+import pytest
+from llm_operator import labels
+from llm_operator.ghosts import (
+    AUDIT_MIN_INTERVAL_S,
+    LISTING_BURST_GAP_S,
+    Ghosts,
+    IndexAudit,
+    LiveWorkers,
+    audit_due,
+)
+
+from .fake_kube import FakeKube
 from .views import pod
 
 
@@ -55,3 +68,19 @@ def test_the_first_listed_pod_of_a_burst_wakes_the_jobs_once() -> None:
 )
 def test_audit_due(listed_at: float, audited_at: float, now: float, every: float, due: float | None) -> None:
     assert audit_due(listed_at, audited_at, now, every) == due
+
+
+def test_an_audit_lists_the_jobs_workers_once_due_and_records_the_ghosts() -> None:
+    kube, ghosts = FakeKube(), Ghosts()
+    audit = IndexAudit(kube, "ns", "llama", ghosts, every=300.0)  # type: ignore[arg-type]
+    index = {("ns", "llama"): [pod(0), pod(1)]}
+    log = logging.getLogger("test")
+    due = asyncio.run(audit.run(index, log))  # just started: not due
+    assert due is not None and due > time.monotonic() and kube.calls == []
+    ghosts.note_listed()  # kopf re-listed the pods
+    audit.audited_at -= AUDIT_MIN_INTERVAL_S
+    kube.uids = {"u0"}
+    asyncio.run(audit.run(index, log))
+    assert kube.called("pod_uids") == [("ns", labels.selector("llama"))]
+    assert ghosts.uids == {"u1"}
+    assert [p.name for p in LiveWorkers(index, ghosts)[("ns", "llama")]] == ["llama-worker-0"]

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
+from typing import Any
 
 import pytest
-from llm_operator.live_evict import deleterange_body, member_range
+from llm_operator import live_evict
+from llm_operator.live_evict import LiveEvictor, deleterange_body, member_range
 from llm_operator.reconcile import plan
 from llm_operator.steps.live import evict_live_members
 from llm_operator.steps.state import Deletion
 
+from .fake_kube import FakeKube, record_events
+from .jobs import job
 from .test_steps import NODES, state
 from .views import NOW, node, pod
 
@@ -65,3 +71,30 @@ def test_member_range_covers_one_pod_only() -> None:
 def test_member_range_rejects_bad_input(prefix: str, pod_name: str) -> None:
     with pytest.raises(ValueError):
         member_range(prefix, pod_name)
+
+
+def _evictor(kube: Any) -> LiveEvictor:
+    return LiveEvictor(kube, "ml")
+
+
+def test_the_job_etcd_is_its_endpoint_else_the_managed_pod_else_its_service() -> None:
+    kube = FakeKube()
+    external = job(rendezvous={"backend": "etcd-v3", "endpoint": "etcd.example:2379"})
+    assert asyncio.run(_evictor(kube).address(external)) == "etcd.example:2379" and kube.calls == []
+    managed = job(rendezvous={"backend": "etcd-v3"})
+    assert asyncio.run(_evictor(kube).address(managed)) == "llama-rdzv.ml.svc:2379"  # no running pod yet
+    kube.ips = ["10.1.2.3"]
+    assert asyncio.run(_evictor(kube).address(managed)) == "10.1.2.3:2379"
+
+
+def test_an_eviction_that_fails_is_a_warning_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = record_events(monkeypatch)
+
+    async def refused(address: str, prefix: str, pods: Any) -> int:
+        raise RuntimeError(f"etcd at {address}: refused")
+
+    monkeypatch.setattr(live_evict, "evict_pods", refused)
+    external = job(rendezvous={"backend": "etcd-v3", "endpoint": "etcd.example:2379"})
+    body: Any = {}
+    asyncio.run(_evictor(FakeKube()).evict(external, ["llama-worker-1"], body, logging.getLogger("t")))
+    assert events.reasons() == ["LiveEvictionFailed"] and "their leases expire" in events[0][2]

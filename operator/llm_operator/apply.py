@@ -1,0 +1,145 @@
+"""Carrying out one pass's plan: the pod changes before the status write, the Events and job metrics
+after it (the controller writes the status in between, ``llm_operator.status_writer``).
+
+Order: failure metrics; unhealthy nodes counted and, when enabled, marked; the lost workers' live
+members evicted (before the deletions: the survivors re-form without waiting for leases); deletions, then
+creations (each concurrently); then, after the write, the Events and the job's gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from llm_operator import metrics
+from llm_operator.api.models import LLMTrainingJob
+from llm_operator.builders.worker import worker_pod
+from llm_operator.expectations import Expectations
+from llm_operator.kube import Kube
+from llm_operator.kueue_sync import KueueSync
+from llm_operator.live_evict import LiveEvictor
+from llm_operator.node_marking import NodeMarker
+from llm_operator.observe import pod_view
+from llm_operator.reconcile import Plan
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What the pod changes of a plan did: when they started, and the workers really created."""
+
+    now: float
+    created: list[str]
+
+
+def at_size(status: Mapping[str, Any], spares: int) -> bool:
+    """Running with every worker and spare the job wants: more room on some node changes nothing for it,
+    so a node that comes back need not wake it (``llm_operator.jobs``)."""
+    return (
+        status.get("phase") == "Running"
+        and status.get("targetReplicas") == status.get("desiredReplicas")
+        and int(status.get("spareReplicas") or 0) >= spares
+    )
+
+
+def plan_events(decided: Plan, created: list[str]) -> list[tuple[str, str, str]]:
+    """The plan's Events, then one for the workers created and one for those deleted."""
+    events = list(decided.events)
+    if created:
+        events.append(
+            ("Normal", "CreatedWorkers", f"created {', '.join(created)} (attempt {decided.attempt})")
+        )
+    if decided.delete:
+        gone = ", ".join(f"{d.pod.name} ({d.reason}{', force' if d.force else ''})" for d in decided.delete)
+        events.append(("Normal", "DeletedWorkers", f"deleted {gone}"))
+    return events
+
+
+class PlanApplier:
+    """Applies one job's plans: pods through ``kube`` and the job's expectations (watches lag)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        expect: Expectations,
+        kueue: KueueSync,
+        marker: NodeMarker,
+        evictor: LiveEvictor,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.expect = expect
+        self.kueue = kueue
+        self.marker = marker
+        self.evictor = evictor
+
+    async def pods(self, job: LLMTrainingJob, decided: Plan, body: kopf.Body, logger: kopf.Logger) -> Applied:
+        """Everything of the plan before its status: metrics, nodes, live members, deletions, creations."""
+        now = time.time()
+        for signal, since in decided.lost:
+            metrics.FAILURES.labels(signal).inc()
+            metrics.REPLACEMENTS.inc()
+            if since:
+                metrics.REACTION.observe(max(0.0, now - since))
+        await self.marker.record(decided.unhealthy, body, logger)
+        if decided.evict:  # before the deletions: the survivors re-form without waiting for leases
+            await self.evictor.evict(job, decided.evict, body, logger)
+        await asyncio.gather(
+            *(self.kube.delete_pod(self.namespace, d.pod.name, d.pod.uid, d.force) for d in decided.delete)
+        )
+        for d in decided.delete:
+            self.expect.expect_deleted(d.pod.uid)
+        pods = [
+            self.kueue.place(
+                worker_pod(job, index, decided.attempt, decided.avoid_nodes, decided.placement), job
+            )
+            for index in decided.create
+        ]
+        created = await asyncio.gather(*(self.kube.create(p) for p in pods))
+        for pod, made in zip(pods, created, strict=True):
+            view = pod_view(pod)
+            if view is not None:  # not in the watch yet: created just now
+                self.expect.expect_created(dataclasses.replace(view, created=now))
+            if made:
+                metrics.PODS_CREATED.inc()
+        if any(d.reason == "Stalled" for d in decided.delete):
+            metrics.STALLS.inc()
+        if decided.resize is not None:
+            old, new, _ = decided.resize
+            metrics.RESIZES.labels("up" if new > old else "down").inc()
+        made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
+        return Applied(now, made_names)
+
+    def announce(
+        self,
+        decided: Plan,
+        applied: Applied,
+        status: Mapping[str, Any],
+        body: kopf.Body,
+        logger: kopf.Logger,
+    ) -> None:
+        """After the status write: the Events (logged too) and the job's gauges."""
+        events = plan_events(decided, applied.created)
+        for _, reason, message in events:
+            logger.info(f"{reason}: {message}")
+        for level, reason, message in events:
+            kopf.event(body, type=level, reason=reason, message=message)
+        namespace, name = self.namespace, self.name
+        metrics.observe_job(
+            namespace,
+            name,
+            status["phase"],
+            status["desiredReplicas"],
+            status["targetReplicas"],
+            status["readyReplicas"],
+        )
+        metrics.observe_progress(namespace, name, status.get("progress"), applied.now)
+        metrics.observe_topology(namespace, name, bool((status.get("topology") or {}).get("spread")))

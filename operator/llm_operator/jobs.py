@@ -1,0 +1,122 @@
+"""The jobs one operator run serves, and which of them an event wakes.
+
+A ``RunningJobs`` is made by the start-up handler and lives in kopf's memo: kopf hands every handler the
+operator's memo or a shallow copy of it per object (docs.kopf.dev, "In-memory containers"), so all
+handlers share this one object and nothing is kept at module level; an operator started again in the
+same process (the in-process tests, the demo) starts with nothing left over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from llm_operator import metrics
+from llm_operator.controller import JobController
+from llm_operator.ghosts import Ghosts, LiveWorkers
+from llm_operator.kube import Kube
+from llm_operator.observe import NodeView, PodView
+from llm_operator.settings import Settings
+
+MEMO_KEY = "llmjob"
+"""Where the start-up handler puts the ``RunningJobs`` in kopf's memo."""
+
+JobKey = tuple[str, str]
+"""(namespace, name) of a job."""
+
+NodeHealth = tuple[bool, bool, tuple[tuple[str, str], ...]]
+"""(ready, unschedulable, taints as (key, effect)): what a node event must change to wake jobs."""
+
+
+def node_health(view: NodeView, deleted: bool) -> NodeHealth | None:
+    """What of a node decides whether its event wakes anyone; None for a deleted node."""
+    return None if deleted else (view.ready, view.unschedulable, tuple((k, e) for k, e, _ in view.taints))
+
+
+def node_improved(old: NodeHealth | None, new: NodeHealth | None) -> bool:
+    """Whether a node can take workers it could not take before: new, Ready again, uncordoned, or a
+    taint gone. Deletions and every other change only ever take room away."""
+    if new is None:
+        return False
+    if old is None:
+        return True
+    return (new[0] and not old[0]) or (old[1] and not new[1]) or bool(set(old[2]) - set(new[2]))
+
+
+class RunningJobs:
+    """The controllers of the jobs this operator runs (one per kopf daemon), what they share, and the
+    wake-up routing of every event: handlers only record what changed and wake the jobs it concerns."""
+
+    def __init__(self, kube: Kube, settings: Settings) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.controllers: dict[JobKey, JobController] = {}
+        self.node_health: dict[str, NodeHealth | None] = {}
+        """Each node's health as last seen: node events that change none of it (heartbeats) wake nobody."""
+        self.ghosts = Ghosts()
+        """Worker pods the index holds although they are gone (``llm_operator.ghosts``)."""
+
+    def live(self, pods_index: Mapping[Any, Iterable[PodView]]) -> LiveWorkers:
+        """The worker index without its ghosts."""
+        return LiveWorkers(pods_index, self.ghosts)
+
+    def start(self, key: JobKey) -> JobController:
+        """A new controller for the job, the one its events wake from now on."""
+        controller = JobController(self.kube, self.settings, *key, ghosts=self.ghosts)
+        self.controllers[key] = controller
+        return controller
+
+    def stop(self, key: JobKey, controller: JobController) -> None:
+        """The job's loop ended: forget its controller (unless a newer one took its place)."""
+        if self.controllers.get(key) is controller:
+            del self.controllers[key]
+
+    def wake(self, key: JobKey) -> None:
+        controller = self.controllers.get(key)
+        if controller is not None:
+            controller.wake.set()
+
+    def pod_changed(self, key: JobKey, listed: bool) -> None:
+        """A worker changed: wake its job. A pod from a listing (kopf re-listed after a watch gap) wakes
+        every job once per listing, to audit the index for pods deleted in the gap."""
+        if listed and self.ghosts.note_listed():
+            for other in list(self.controllers.values()):
+                other.wake.set()
+        self.wake(key)
+
+    def node_changed(
+        self, name: str, health: NodeHealth | None, pods_index: Mapping[Any, Iterable[PodView]]
+    ) -> None:
+        """Wake the jobs with a worker on the node, always, and when the node gained room every job that
+        is not at its size (it may grow). Waking all 1,000 jobs for every node event put 1,000 passes in
+        front of the one job that lost a worker (docs/benchmarks.md, "Operator at 1,000 jobs")."""
+        old = self.node_health.get(name)
+        if old == health:
+            return
+        if health is None:
+            self.node_health.pop(name, None)
+        else:
+            self.node_health[name] = health
+        improved = node_improved(old, health)
+        on_node = {key for key, views in self.live(pods_index).items() if any(v.node == name for v in views)}
+        for key, controller in list(self.controllers.items()):
+            if key in on_node or (improved and not controller.at_size):
+                controller.wake.set()
+
+    def job_changed(self, key: JobKey, deleted: bool) -> None:
+        """Spec or scale changed: wake the job's controller. Deleted: end its loop (no finalizer; the
+        children go by ownerReferences) and drop its metrics."""
+        if deleted:
+            metrics.forget_job(*key)
+            controller = self.controllers.get(key)
+            if controller is not None:
+                controller.deleted = True
+        self.wake(key)
+
+
+def running_jobs(memo: Mapping[str, Any]) -> RunningJobs:
+    """The ``RunningJobs`` of this operator run, from any handler's memo."""
+    jobs = memo.get(MEMO_KEY)
+    if not isinstance(jobs, RunningJobs):
+        raise RuntimeError(f"no {MEMO_KEY!r} in kopf's memo: the operator's start-up handler did not run")
+    return jobs

@@ -1,0 +1,94 @@
+"""Carrying out a plan: the order of the pod changes, expectations, and the Events and gauges after."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from llm_operator import live_evict
+from llm_operator.apply import Applied, PlanApplier, at_size, plan_events
+from llm_operator.expectations import Expectations
+from llm_operator.kueue_sync import KueueSync
+from llm_operator.live_evict import LiveEvictor
+from llm_operator.node_marking import NodeMarker
+from llm_operator.reconcile import Deletion, Plan
+
+from .fake_kube import FakeKube, record_events
+from .jobs import job
+from .views import pod
+
+LOG = logging.getLogger("test")
+BODY: Any = {}
+
+
+@pytest.mark.parametrize(
+    ("status", "spares", "expected"),
+    [
+        ({"phase": "Running", "targetReplicas": 4, "desiredReplicas": 4}, 0, True),
+        ({"phase": "Running", "targetReplicas": 3, "desiredReplicas": 4}, 0, False),  # shrunk: may grow
+        ({"phase": "Scaling", "targetReplicas": 4, "desiredReplicas": 4}, 0, False),
+        ({"phase": "Running", "targetReplicas": 4, "desiredReplicas": 4, "spareReplicas": 1}, 2, False),
+        ({"phase": "Running", "targetReplicas": 4, "desiredReplicas": 4, "spareReplicas": 2}, 2, True),
+    ],
+)
+def test_at_size(status: dict[str, Any], spares: int, expected: bool) -> None:
+    assert at_size(status, spares) is expected
+
+
+def test_the_events_of_a_plan_name_created_and_deleted_workers() -> None:
+    decided = Plan(attempt=2, events=[("Normal", "PhaseRunning", "Pending -> Running")])
+    decided.delete = [Deletion(pod(1), force=True, reason="NodeLost")]
+    assert plan_events(decided, ["llama-worker-1"]) == [
+        ("Normal", "PhaseRunning", "Pending -> Running"),
+        ("Normal", "CreatedWorkers", "created llama-worker-1 (attempt 2)"),
+        ("Normal", "DeletedWorkers", "deleted llama-worker-1 (NodeLost, force)"),
+    ]
+    assert plan_events(Plan(), []) == []
+
+
+def applier(kube: FakeKube, mark: bool = False) -> PlanApplier:
+    k: Any = kube
+    return PlanApplier(
+        k, "ml", "llama", Expectations(), KueueSync(k, False), NodeMarker(k, mark), LiveEvictor(k, "ml")
+    )
+
+
+def test_members_leave_before_the_pods_go_and_the_index_lag_is_covered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube = FakeKube()
+    order: list[str] = []
+
+    async def evict(address: str, prefix: str, pods: Any) -> int:
+        order.append("evict")
+        return 1
+
+    monkeypatch.setattr(live_evict, "evict_pods", evict)
+    original = kube.delete_pod
+
+    async def delete_pod(*args: Any) -> bool:
+        order.append("delete")
+        return await original(*args)
+
+    monkeypatch.setattr(kube, "delete_pod", delete_pod)
+    the_job = job(rendezvous={"backend": "etcd-v3", "endpoint": "etcd:2379"})
+    lost = pod(1, uid="old-1")
+    decided = Plan(create=[1], attempt=1, delete=[Deletion(lost, force=True, reason="NodeLost")])
+    decided.evict = [lost.name]
+    decided.unhealthy = [("node-1", "gpu")]
+    parts = applier(kube, mark=True)
+    applied = asyncio.run(parts.pods(the_job, decided, BODY, LOG))
+    assert order == ["evict", "delete"]
+    assert [name for name, _ in kube.calls] == ["mark_node", "delete_pod", "create"]
+    assert applied.created == ["llama-worker-1"]
+    assert "old-1" in parts.expect.deleted and "llama-worker-1" in parts.expect.created
+
+
+def test_announce_emits_the_events_after_the_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = record_events(monkeypatch)
+    decided = Plan(attempt=1, events=[("Warning", "PhaseFailed", "Running -> Failed")])
+    status = {"phase": "Failed", "desiredReplicas": 2, "targetReplicas": 2, "readyReplicas": 0}
+    applier(FakeKube()).announce(decided, Applied(0.0, ["llama-worker-0"]), status, BODY, LOG)
+    assert events.reasons() == ["PhaseFailed", "CreatedWorkers"]

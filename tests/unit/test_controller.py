@@ -1,0 +1,66 @@
+"""A whole pass of the per-job controller against an in-memory apiserver: the parts in order, and the
+status written on one path, once per pass, only when it changed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from llm_operator.controller import RUNTIME_RETRY_SECONDS, JobController
+from llm_operator.settings import Settings
+
+from .fake_kube import FakeKube, record_events
+from .jobs import manifest
+
+LOG = logging.getLogger("test")
+
+
+def controller(kube: FakeKube) -> JobController:
+    k: Any = kube
+    return JobController(k, Settings(), "ml", "llama")
+
+
+def one_pass(c: JobController, body: dict[str, Any]) -> float:
+    return asyncio.run(c.reconcile(body, {}, {}, LOG))  # type: ignore[arg-type]
+
+
+def test_a_pass_creates_support_objects_once_workers_and_writes_the_status_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = record_events(monkeypatch)
+    kube = FakeKube()
+    c = controller(kube)
+    body = manifest()
+    assert 0 < one_pass(c, body) <= 30.0
+    created = [obj["kind"] for (obj,) in kube.called("create")]
+    assert created.count("Pod") == 4
+    (write,) = kube.called("patch_job_status")
+    status = write[2]
+    assert status["targetReplicas"] == 4 and status["runtime"] is None
+    assert c.status.current(body) is status
+    assert "CreatedWorkers" in events.reasons()
+    support = len(created) - 4
+    one_pass(c, body)  # the watch has not caught up: expectations hold the created workers
+    assert [obj["kind"] for (obj,) in kube.called("create")].count("Pod") == 4, "no second worker per index"
+    assert len(kube.called("create")) == 4 + support, "support objects once per generation"
+    assert [w[2]["replicas"] for w in kube.called("patch_job_status")] == [0, 4]  # the workers it expects
+    one_pass(c, body)
+    assert len(kube.called("patch_job_status")) == 2, "nothing changed: no write"
+
+
+def test_a_missing_runtime_is_one_status_write_and_one_event_and_no_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = record_events(monkeypatch)
+    kube = FakeKube()
+    c = controller(kube)
+    body = manifest(runtimeRef={"name": "cpu"}, image=None)
+    assert one_pass(c, body) == RUNTIME_RETRY_SECONDS
+    assert one_pass(c, body) == RUNTIME_RETRY_SECONDS
+    (write,) = kube.called("patch_job_status")  # the second pass changed nothing
+    assert write[2]["reason"] == "RuntimeNotFound" and write[2]["phase"] == "Pending"
+    assert events.reasons() == ["RuntimeNotFound"]
+    assert kube.called("create") == []
+    assert c.status.current(body)["conditions"][-1]["type"] == "RuntimeResolved"

@@ -1,0 +1,149 @@
+"""The operator's running jobs: one object per run (kopf's memo), and which jobs an event wakes."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+from llm_operator import jobs as jobs_module
+from llm_operator.jobs import MEMO_KEY, RunningJobs, node_health, node_improved, running_jobs
+from llm_operator.settings import Settings
+
+from .views import node, pod
+
+A, B, C = ("ns", "a"), ("ns", "b"), ("ns", "c")
+
+
+def running(*keys: tuple[str, str]) -> RunningJobs:
+    jobs = RunningJobs(mock.Mock(), Settings())
+    for key in keys:
+        jobs.start(key)
+    return jobs
+
+
+def woken(jobs: RunningJobs) -> set[tuple[str, str]]:
+    out = {key for key, c in jobs.controllers.items() if c.wake.is_set()}
+    for c in jobs.controllers.values():
+        c.wake.clear()
+    return out
+
+
+def test_a_node_improves_when_it_can_take_workers_it_could_not_before() -> None:
+    ok = (True, False, ())
+    tainted = (True, False, (("karpenter.sh/disrupted", "NoSchedule"),))
+    assert node_improved(None, ok)  # a new node
+    assert node_improved((False, False, ()), ok)  # Ready again
+    assert node_improved((True, True, ()), ok)  # uncordoned
+    assert node_improved(tainted, ok)  # a taint gone
+    assert not node_improved(ok, None)  # deleted
+    assert not node_improved(ok, (False, False, ()))  # lost
+    assert not node_improved(ok, tainted)
+    assert not node_improved(ok, (True, True, ()))  # cordoned
+
+
+def test_node_health_is_readiness_schedulability_and_taints_without_values() -> None:
+    view = node("n1", taints=(("spot", "NoSchedule", "event-1"),))
+    assert node_health(view, deleted=False) == (True, False, (("spot", "NoSchedule"),))
+    assert node_health(view, deleted=True) is None
+
+
+def test_each_run_has_its_own_state_found_through_the_memo() -> None:
+    first, second = running(A), running()
+    assert first.controllers.keys() == {A} and second.controllers == {}
+    assert first.ghosts is not second.ghosts
+    assert first.controllers[A].ghosts is first.ghosts  # shared by the run's controllers
+    assert running_jobs({MEMO_KEY: first}) is first
+    with pytest.raises(RuntimeError, match="start-up handler"):
+        running_jobs({})
+
+
+def test_stop_forgets_a_controller_unless_a_newer_one_replaced_it() -> None:
+    jobs = running(A)
+    old = jobs.controllers[A]
+    new = jobs.start(A)
+    jobs.stop(A, old)
+    assert jobs.controllers[A] is new
+    jobs.stop(A, new)
+    assert jobs.controllers == {}
+
+
+def test_a_pod_event_wakes_its_job_and_the_first_listed_pod_wakes_every_job() -> None:
+    jobs = running(A, B, C)
+    jobs.pod_changed(A, listed=False)
+    assert woken(jobs) == {A}
+    jobs.pod_changed(("ns", "unknown"), listed=False)
+    assert woken(jobs) == set()
+    jobs.pod_changed(B, listed=True)
+    assert woken(jobs) == {A, B, C}
+    jobs.pod_changed(B, listed=True)  # the same listing burst
+    assert woken(jobs) == {B}
+
+
+def test_a_node_event_wakes_the_jobs_on_it_and_when_it_gained_room_those_not_at_size() -> None:
+    jobs = running(A, B, C)
+    jobs.controllers[C].at_size = True
+    index = {A: [pod(0, node="n1")], B: [pod(1, node="n2")], C: [pod(2, node="n3")]}
+    ok, lost = (True, False, ()), (False, False, ())
+    jobs.node_changed("n1", ok, index)  # new node: room for A and B, not C (at its size)
+    assert woken(jobs) == {A, B}
+    jobs.node_changed("n1", ok, index)  # a heartbeat: nothing changed
+    assert woken(jobs) == set()
+    jobs.node_changed("n1", lost, index)  # only its own workers' job
+    assert woken(jobs) == {A}
+    jobs.node_changed("n1", None, index)  # deleted
+    assert woken(jobs) == {A}
+    assert "n1" not in jobs.node_health
+
+
+def test_a_ghost_on_a_node_does_not_wake_its_job() -> None:
+    jobs = running(A)
+    gone = pod(0, node="n1")
+    jobs.ghosts.record([gone], existing=set())
+    jobs.node_health["n1"] = (True, False, ())
+    jobs.node_changed("n1", (False, False, ()), {A: [gone]})
+    assert woken(jobs) == set()
+
+
+def test_a_deleted_job_ends_its_loop_and_forgets_its_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    forgotten: list[tuple[str, str]] = []
+    monkeypatch.setattr(jobs_module.metrics, "forget_job", lambda *key: forgotten.append(key))
+    jobs = running(A, B)
+    jobs.job_changed(A, deleted=False)
+    assert woken(jobs) == {A} and not jobs.controllers[A].deleted
+    jobs.job_changed(B, deleted=True)
+    assert woken(jobs) == {B} and jobs.controllers[B].deleted
+    jobs.job_changed(C, deleted=True)  # not running here: its metrics still go
+    assert forgotten == [B, C]
+
+
+def test_handlers_reach_the_start_up_object_through_their_memo_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf gives each object's handlers a shallow copy of the operator's memo (kopf's inventory)."""
+    import asyncio
+    import copy
+
+    import kopf
+    from llm_operator import handlers
+
+    api = mock.Mock(close=mock.AsyncMock())
+
+    async def connect() -> Any:
+        return api
+
+    monkeypatch.setattr(handlers, "connect", connect)
+    memo = kopf.Memo()
+    asyncio.run(handlers.startup(settings=kopf.OperatorSettings(), memo=memo))
+    jobs = running_jobs(memo)
+    jobs.start(A)
+    body = kopf.Body(
+        {"metadata": {"name": "w", "namespace": "ns", "labels": {"elasticllm.dev/job-name": "a"}}}
+    )
+    asyncio.run(handlers.pod_changed(body=body, namespace="ns", type="MODIFIED", memo=copy.copy(memo)))
+    assert woken(jobs) == {A}
+    asyncio.run(handlers.job_changed(namespace="ns", name="a", type="DELETED", memo=copy.copy(memo)))
+    assert jobs.controllers[A].deleted
+    asyncio.run(handlers.cleanup(memo=memo))
+    api.close.assert_awaited_once()
+    assert MEMO_KEY not in memo

@@ -1,0 +1,61 @@
+"""A job's status is written on one path, once per pass, only when a field changed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from llm_operator.kube import KubeError
+from llm_operator.status_writer import StatusWriter, changed
+
+from .fake_kube import FakeKube
+
+BODY: dict[str, Any] = {"metadata": {"name": "j"}, "status": {"phase": "Pending", "restarts": 0}}
+
+
+def writer() -> tuple[StatusWriter, FakeKube]:
+    kube = FakeKube()
+    return StatusWriter(kube, "ns", "j"), kube  # type: ignore[arg-type]
+
+
+def test_changed_compares_only_the_new_fields() -> None:
+    assert not changed({"a": 1, "b": 2}, {"a": 1})
+    assert changed({"a": 1}, {"a": 2})
+    assert changed({}, {"a": None}) is False  # absent and None are the same to a merge patch
+    assert changed({"a": 1}, {"b": None}) is False
+
+
+def test_a_pass_starts_from_the_watched_status_until_one_was_decided() -> None:
+    status, _ = writer()
+    assert status.current(BODY) == {"phase": "Pending", "restarts": 0}
+    asyncio.run(status.write(BODY, {"phase": "Running"}))
+    assert status.current(BODY) == {"phase": "Running"}  # the watch lags behind
+
+
+def test_the_status_is_patched_only_when_a_field_changed() -> None:
+    status, kube = writer()
+    asyncio.run(status.write(BODY, {"phase": "Pending", "restarts": 0}))  # as watched: nothing to write
+    assert kube.called("patch_job_status") == []
+    asyncio.run(status.write(BODY, {"phase": "Running", "restarts": 0}))
+    asyncio.run(status.write(BODY, {"phase": "Running", "restarts": 0}))
+    assert kube.called("patch_job_status") == [("ns", "j", {"phase": "Running", "restarts": 0})]
+
+
+def test_a_partial_record_patches_its_fields_and_keeps_the_rest_decided() -> None:
+    status, kube = writer()
+    asyncio.run(status.write(BODY, {"phase": "Pending", "restarts": 0, "reason": "X"}, {"reason": "X"}))
+    assert kube.called("patch_job_status") == [("ns", "j", {"reason": "X"})]
+    assert status.written == {"phase": "Pending", "restarts": 0, "reason": "X"}
+    assert status.current(BODY)["reason"] == "X"
+
+
+def test_the_decision_stands_when_the_write_fails_and_the_next_pass_writes_it_again() -> None:
+    status, kube = writer()
+    kube.fail.add("patch_job_status")
+    with pytest.raises(KubeError):
+        asyncio.run(status.write(BODY, {"phase": "Running"}))
+    assert status.current(BODY) == {"phase": "Running"} and status.written is None
+    kube.fail.clear()
+    asyncio.run(status.write(BODY, {"phase": "Running"}))
+    assert len(kube.called("patch_job_status")) == 2
