@@ -102,13 +102,18 @@ def _no_phantom_node_failures() -> Iterator[None]:
     """Fail the test during which a node left Ready without any test having failed it."""
     yield
     found = [p for guard in list(_guards.values()) for p in guard.take()]
-    if found:
-        lines = "\n".join(f"  - {p.describe()}" for p in found)
-        pytest.fail(
-            f"PHANTOM NODE FAILURE: the local cluster failed {len(found)} node(s) by itself while this"
-            f" test ran; the test bed is broken, not (necessarily) the test:\n{lines}",
-            pytrace=False,
-        )
+    _fail_listing(
+        f"PHANTOM NODE FAILURE: the local cluster failed {len(found)} node(s) by itself while this test ran;"
+        " the test bed is broken, not (necessarily) the test",
+        [p.describe() for p in found],
+    )
+
+
+def _fail_listing(headline: str, items: list[str]) -> None:
+    """Fail the current test (no traceback) with ``headline`` and one line per item; nothing if none."""
+    if items:
+        lines = "\n".join(f"  - {item}" for item in items)
+        pytest.fail(f"{headline}:\n{lines}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -142,14 +147,11 @@ def _control_plane_whole(request: pytest.FixtureRequest) -> Iterator[None]:
     for fixture, supervisor in list(_supervisors.items()):
         if fixture not in request.fixturenames:
             continue
-        restarted = supervisor.take()
-        if restarted:
-            lines = "\n".join(f"  - {r.describe()}" for r in restarted)
-            pytest.fail(
-                f"CONTROL PLANE COMPONENT DIED while this test ran ({fixture}; started again for the tests"
-                f" after it):\n{lines}",
-                pytrace=False,
-            )
+        _fail_listing(
+            f"CONTROL PLANE COMPONENT DIED while this test ran ({fixture}; started again for the tests"
+            " after it)",
+            [r.describe() for r in supervisor.take()],
+        )
 
 
 @pytest.fixture(scope="session")
