@@ -91,7 +91,11 @@ def _live_pid(cluster: LocalCluster, component: str) -> int:
 
 def capture(cluster: LocalCluster, component: str) -> Launch:
     """How the running ``component`` was started (its command line, folder and environment)."""
-    proc = Path(f"/proc/{_live_pid(cluster, component)}")
+    return _launch_of(cluster, component, _live_pid(cluster, component))
+
+
+def _launch_of(cluster: LocalCluster, component: str, pid: int) -> Launch:
+    proc = Path(f"/proc/{pid}")
     argv = [part.decode() for part in (proc / "cmdline").read_bytes().split(b"\0") if part]
     cwd = str((proc / "cwd").readlink())
     env = dict(
@@ -110,8 +114,8 @@ def dead(cluster: LocalCluster) -> list[str]:
 
 def stop(cluster: LocalCluster, component: str) -> Launch:
     """SIGKILL one component (like a crash: no graceful shutdown) and wait until it is gone."""
-    launch = capture(cluster, component)
     pid = _live_pid(cluster, component)
+    launch = _launch_of(cluster, component, pid)
     _held_file(cluster, component).touch()
     os.kill(pid, signal.SIGKILL)
     poll(
@@ -158,7 +162,8 @@ class Restarted:
 class Supervisor:
     """Starts again, the way it was started, any component of ``cluster`` that exits while not held."""
 
-    def __init__(self, launches: dict[str, Launch], interval: float = 0.5) -> None:
+    def __init__(self, cluster: LocalCluster, launches: dict[str, Launch], interval: float = 0.5) -> None:
+        self._cluster = cluster
         self._launches = launches
         self._interval = interval
         self._restarted: list[Restarted] = []
@@ -169,7 +174,7 @@ class Supervisor:
     @classmethod
     def of(cls, cluster: LocalCluster) -> Supervisor:
         """A supervisor of every component of ``cluster``, as each runs now."""
-        return cls({component: capture(cluster, component) for component in COMPONENTS})
+        return cls(cluster, {component: capture(cluster, component) for component in COMPONENTS})
 
     def start(self) -> Supervisor:
         self._thread.start()
@@ -189,14 +194,14 @@ class Supervisor:
         while not self._stop.wait(self._interval):
             for component in self.check():
                 launch = self._launches[component]
-                last = _last_line(launch.cluster.logs_dir / f"{component}.log")
+                last = _last_line(self._cluster.logs_dir / f"{component}.log")
                 launch.start(wait=False)
                 with self._lock:
                     self._restarted.append(Restarted(component, time.time(), last))
 
     def check(self) -> list[str]:
         """The components that exited and are not held."""
-        cluster = next(iter(self._launches.values())).cluster
+        cluster = self._cluster
         return [c for c in dead(cluster) if c in self._launches and not _held_file(cluster, c).exists()]
 
 
