@@ -118,8 +118,7 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
         node, old_uid = victim["spec"]["nodeName"], victim["metadata"]["uid"]
         at_loss = _generation(training.records(volume)[-1])
         standby_before = _standby(cluster, NS, victim_name)
-        t_lost = time.time()
-        chaos.node_not_ready(node, kube=kube, wait=False)
+        t_lost = chaos.node_not_ready(node, kube=kube, wait=False)  # the moment its pods were stopped
 
         def after(
             world: int | None, t: float = t_lost, g: tuple[Any, Any] = at_loss
@@ -156,9 +155,9 @@ def run_mode(cluster: LocalCluster, mode: str, rounds: int, backend: str) -> Fig
             print(f"{rnd:5d}  {out.lost_s[-1]:14.1f}s  {'(spare promoted)':>24}", flush=True)
             wait("3 steps at full size", lambda t=first["time"]: steps_after(2, t, 3))
             continue
-        # The first replacement may never run: made while the node was down, it avoids that node for good
-        # (docs/elasticity.md), so on this 2-node bed it stays Pending until the job shrinks (pending
-        # timeout) and grows back with a new pod. Measured: the pod that really joined.
+        # The first replacement may never run: made while the node was down, it avoids that node, and once
+        # the node is usable again the operator re-creates it without that term (docs/elasticity.md, "When
+        # an avoided node is used again"). Measured: the pod that really joined.
         full = wait("the first step at full size", lambda: after(2))
         out.full_s.append(full["time"] - t_lost)
         pod = wait("the replacement pod", replacement)

@@ -20,6 +20,7 @@ Every function talks to the cluster of ``kube`` (default: our kubectl against ``
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -98,23 +99,30 @@ def _now() -> str:
 # ----------------------------------------------------------------------------------------- node health
 def node_not_ready(
     node: str, *, kube: Kubectl | None = None, wait: bool = True, timeout: float = DEFAULT_TIMEOUT_S
-) -> None:
+) -> float:
     """The node's kubelet dies: kwok stops acting for it (no status, no Lease; its pods are frozen).
 
     What kube-controller-manager would do once its grace period ran out happens at once: the node's
     conditions turn Unknown (``NodeStatusUnknown``, as a lost node shows on EKS) and its pods are marked
     not ready, with a ``NodeNotReady`` event each. A pod deleted there stays Terminating until it is
     force-deleted. With ``wait``, returns once kube-controller-manager has tainted the node unreachable.
+
+    Returns the moment the node died (``time.time()`` just before its pods were stopped), which is where
+    a measurement of recovery starts: the bookkeeping before it is the test bed's, not the loss.
     """
     k = _kube(kube)
     _node(k, node)
-    # The mark goes first (no node Stage matches a marked node, and the pod runner stops its pods), then
-    # the Lease: from then on kwok leaves the node alone, so nothing "repairs" the status written below.
-    # kwok learns that the Lease is no longer its own only from its watch, a moment later: the pods' own
-    # mark keeps every pod Stage off them meanwhile (no "ready again", no finished deletion).
+    # The pods' own mark goes first, while they still run: it keeps every kwok pod Stage off them until
+    # kwok has learnt from its watch that the node's Lease is no longer its own (no "ready again", no
+    # finished deletion). Marking them before the kill keeps these calls out of the time between the
+    # loss and the status below, which is what wakes the operator (and so ends a survivor's wait).
+    for pod in pods_on_node(k, node):
+        _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}=true")
+    # The node's mark (no node Stage matches a marked node, and the pod runner stops its pods), then the
+    # Lease: from then on kwok leaves the node alone, so nothing "repairs" the status written below.
+    died_at = time.time()
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}=true", "--overwrite")
     hold_lease(k, node)
-    pods = [p for p in pods_on_node(k, node) if _label_pod(k, p, f"{marks.POD_ON_DEAD_NODE_LABEL}=true")]
     now = _now()
     lost = [
         {"type": kind, "status": "Unknown", "reason": "NodeStatusUnknown", "message": LOST_MESSAGE,
@@ -122,7 +130,11 @@ def node_not_ready(
         for kind in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
     ]  # fmt: skip
     k.patch("node", node, {"status": {"conditions": lost}}, patch_type="strategic", subresource="status")
-    for pod in pods:
+    for pod in pods_on_node(k, node):
+        # A pod bound there after the first listing is marked now.
+        unmarked = marks.POD_ON_DEAD_NODE_LABEL not in (pod["metadata"].get("labels") or {})
+        if unmarked and not _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}=true"):
+            continue
         if condition(pod, "Ready") == "True":
             _mark_pod_not_ready(k, pod, node, now)
     if wait:
@@ -131,6 +143,7 @@ def node_not_ready(
             timeout=timeout,
             what=f"kube-controller-manager to taint node {node} {UNREACHABLE_TAINT}",
         )
+    return died_at
 
 
 def _label_pod(kube: Kubectl, pod: dict[str, Any], change: str) -> bool:
