@@ -1,10 +1,11 @@
-"""The test bed's `llmjob` subcommands: cluster, tools, chaos (``localcluster.cli``) and demo."""
+"""The test bed's `llmjob` subcommands: cluster, tools, chaos (``localcluster.cli``), images and demo."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from llm_testbed.images import cli as images_cli
 from llm_testbed.localcluster import cli as cluster_cli
 
 
@@ -22,6 +23,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add the test bed's commands to ``llmjob``'s subparsers (each sets ``func``)."""
     cluster_cli.register(subparsers)
+    images_cli.register(subparsers)
     p = subparsers.add_parser(
         "demo", help="local cluster + operator + a job that trains through a node loss; prints a timeline"
     )
