@@ -67,7 +67,11 @@ def plan(root: Path, recipe: ImageRecipe, base: DebianBase = BASE) -> ImagePlan:
 
 
 def build_argv(podman: Podman, image: ImagePlan, context: Path) -> list[str]:
-    args = [flag for name, value in sorted(image.build_args.items()) for flag in ("--build-arg", f"{name}={value}")]
+    args = [
+        flag
+        for name, value in sorted(image.build_args.items())
+        for flag in ("--build-arg", f"{name}={value}")
+    ]
     return podman.argv(
         "build",
         *BUILD_FLAGS,

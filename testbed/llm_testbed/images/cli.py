@@ -61,7 +61,9 @@ def _image_name(text: str) -> str:
 def _add_actions(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="images_command", required=True, metavar="ACTION")
     names: dict[str, Any] = {"nargs": "*", "type": _image_name, "metavar": "IMAGE", "help": "default: all"}
-    b = sub.add_parser("build", help="build what the per-machine cache lacks; print '<name> <reference>' lines")
+    b = sub.add_parser(
+        "build", help="build what the per-machine cache lacks; print '<name> <reference>' lines"
+    )
     b.add_argument("images", **names)
     b.set_defaults(images_func=cmd_build)
     lst = sub.add_parser("list", help="each image's reference for this checkout and whether it is built")
@@ -72,7 +74,9 @@ def _add_actions(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     """Add ``images`` to ``llmjob``'s subparsers (it sets ``func``)."""
-    _add_actions(subparsers.add_parser("images", help="operator and trainer images built with podman: build | list"))
+    _add_actions(
+        subparsers.add_parser("images", help="operator and trainer images built with podman: build | list")
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

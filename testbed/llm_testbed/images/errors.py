@@ -6,4 +6,4 @@ from llm_testbed.localcluster.errors import LocalClusterError
 
 
 class ImageError(LocalClusterError):
-    """A host command, the base, a wheelhouse or an image could not be made; the message says which and why."""
+    """A host command, the base, a wheelhouse or an image was not made; the message says which and why."""

@@ -57,7 +57,9 @@ class Podman:
     def of_cache(cls) -> Podman:
         found = shutil.which("podman")
         if found is None:
-            raise ImageError("podman is not on PATH: `make images` installs it (Debian: apt-get install podman)")
+            raise ImageError(
+                "podman is not on PATH: `make images` installs it (Debian: apt-get install podman)"
+            )
         return cls(found, images_root())
 
     def argv(self, *args: str) -> list[str]:
@@ -99,7 +101,13 @@ class Podman:
     def tags(self, repository: str) -> list[str]:
         """Tagged images of a repository, newest first."""
         result = self._call(
-            "images", "--filter", f"reference={repository}", "--sort", "created", "--format", "{{.Repository}}:{{.Tag}}"
+            "images",
+            "--filter",
+            f"reference={repository}",
+            "--sort",
+            "created",
+            "--format",
+            "{{.Repository}}:{{.Tag}}",
         )
         if result.returncode != 0:
             return []

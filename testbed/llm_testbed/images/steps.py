@@ -55,7 +55,7 @@ def run_step(
     cwd: Path | None = None,
     progress: Progress | None = None,
 ) -> float:
-    """Run ``argv`` to the end with its output in ``log_path``; the seconds it took. ImageError if it fails."""
+    """Run ``argv`` with its output in ``log_path``; the seconds it took. ImageError if it fails."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     report(f"{what}: started (log: {log_path})")
     started = time.monotonic()

@@ -59,7 +59,9 @@ def platform_tags(base: DebianBase) -> list[str]:
     return [*tags, f"manylinux2014_{base.arch}", f"manylinux2010_{base.arch}", f"manylinux1_{base.arch}"]
 
 
-def download_argv(python: str, wanted: list[str], constraints: Path, base: DebianBase, dest: Path) -> list[str]:
+def download_argv(
+    python: str, wanted: list[str], constraints: Path, base: DebianBase, dest: Path
+) -> list[str]:
     """``pip download`` of ``wanted`` as wheels for ``base``'s CPython, whatever the host's Python is."""
     argv = [python, "-m", "pip", "download", "--dest", str(dest), "--no-cache-dir", "--progress-bar", "off"]
     argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version", base.python]
