@@ -15,7 +15,7 @@ from pathlib import Path
 from llm_testbed.images.errors import ImageError
 from llm_testbed.images.keys import content_key, text_part
 from llm_testbed.images.podman import Podman, images_root, ulimit_flags
-from llm_testbed.images.recipe import REPOSITORY, DebianBase
+from llm_testbed.images.recipe import KEEP_BUILT, REPOSITORY, DebianBase
 from llm_testbed.images.steps import report, run_step
 
 _EXCLUDED_PATHS = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*")
@@ -93,4 +93,5 @@ def ensure(podman: Podman, base: DebianBase) -> str:
             f"the {base.suite} base has Python {found}, the recipe says {base.python}: "
             "update BASE in llm_testbed/images/recipe.py (the wheelhouse is downloaded for that version)"
         )
+    podman.keep_newest(f"{REPOSITORY}/base", KEEP_BUILT)
     return ref

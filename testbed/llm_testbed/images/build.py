@@ -25,15 +25,21 @@ from llm_testbed.images import host, wheelhouse
 from llm_testbed.images.dockerignore import context_files
 from llm_testbed.images.keys import content_key, file_parts, text_part
 from llm_testbed.images.podman import Podman, images_root, ulimit_flags
-from llm_testbed.images.recipe import BASE, RECIPES, WHEELHOUSE_DIR, DebianBase, ImageRecipe, local_build_args
+from llm_testbed.images.recipe import (
+    BASE,
+    KEEP_BUILT,
+    RECIPES,
+    WHEELHOUSE_DIR,
+    DebianBase,
+    ImageRecipe,
+    local_build_args,
+)
 from llm_testbed.images.steps import report, run_step
 from llm_testbed.localcluster.filelock import locked
 from llm_testbed.localcluster.paths import repo_root
 
 BUILD_FLAGS = ("--format", "docker", "--layers", "--network", "none", "--pull", "never")
 """Flags of every build: Docker's image format (it keeps SHELL), layer cache, no network, no pulls."""
-KEEP_TAGS = 2
-"""Built images kept per name (the newest): two checkouts on one machine do not rebuild in turns."""
 _STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*")
 
 
@@ -86,7 +92,6 @@ def build_argv(podman: Podman, image: ImagePlan, context: Path) -> list[str]:
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(source, target)
     except OSError:
@@ -94,11 +99,17 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def stage_context(root: Path, image: ImagePlan, wheels: wheelhouse.Wheelhouse) -> Path:
-    """A build context as Docker would send it (the ignore file's selection), plus the wheelhouse."""
+    """A build context as Docker would send it (the ignore file's selection), plus the wheelhouse.
+
+    The project's files are copied (an edit during the build cannot reach the image under the old key);
+    the wheels, which nothing edits, are hard links to the wheelhouse where the file system allows.
+    """
     context = images_root() / "context" / image.recipe.name
     shutil.rmtree(context, ignore_errors=True)
     for rel in [*image.files, image.recipe.dockerfile, image.recipe.ignore_file]:
-        _link_or_copy(root / rel, context / rel)
+        (context / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, context / rel)
+    (context / WHEELHOUSE_DIR).mkdir(parents=True)
     for wheel in wheels.wheels():
         _link_or_copy(wheel, context / WHEELHOUSE_DIR / wheel.name)
     return context
@@ -106,12 +117,6 @@ def stage_context(root: Path, image: ImagePlan, wheels: wheelhouse.Wheelhouse) -
 
 def _podman_step(line: str) -> str | None:
     return line[:110] if _STEP.match(line) else None
-
-
-def _forget_older(podman: Podman, recipe: ImageRecipe) -> None:
-    repository = recipe.reference("").rstrip(":")
-    for old in podman.tags(repository)[KEEP_TAGS:]:
-        podman.remove(old)
 
 
 def _build(root: Path, podman: Podman, image: ImagePlan) -> None:
@@ -123,7 +128,7 @@ def _build(root: Path, podman: Podman, image: ImagePlan) -> None:
     log = images_root() / "logs" / f"build-{name}.log"
     elapsed = run_step(f"{name} image", build_argv(podman, image, context), log, progress=_podman_step)
     shutil.rmtree(context, ignore_errors=True)
-    _forget_older(podman, image.recipe)
+    podman.keep_newest(image.recipe.reference("").rstrip(":"), KEEP_BUILT)
     size = podman.size(image.reference) / 2**20
     report(f"{name}: built {image.reference} in {elapsed:.0f}s ({size:.0f} MiB)")
 

@@ -115,3 +115,8 @@ class Podman:
 
     def remove(self, reference: str) -> None:
         self._call("rmi", reference)
+
+    def keep_newest(self, repository: str, count: int) -> None:
+        """Untag (and free what only they used) all but the newest ``count`` images of a repository."""
+        for old in self.tags(repository)[count:]:
+            self.remove(old)

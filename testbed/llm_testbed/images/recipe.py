@@ -13,6 +13,10 @@ from dataclasses import dataclass
 REPOSITORY = "localhost/elastic-llm-operator"
 """Local image names: ``localhost/elastic-llm-operator/{base,operator,trainer}:<content key>``."""
 
+KEEP_BUILT = 2
+"""Of each cached thing (base, wheelhouse, image) the newest two stay: two checkouts on one machine (a branch
+and main) do not rebuild in turns, and older ones do not pile up (a trainer wheelhouse is GBs)."""
+
 WHEELHOUSE_DIR = "images/wheelhouse"
 """Where the wheels lie in the build context: with the build argument ``WHEELHOUSE=1`` the Dockerfiles'
 pip steps read only this folder (``--no-index``); without it they use the package index, as before."""

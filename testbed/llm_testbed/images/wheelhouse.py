@@ -22,7 +22,7 @@ from typing import Any
 from llm_testbed.images.errors import ImageError
 from llm_testbed.images.keys import content_key, text_part
 from llm_testbed.images.podman import images_root
-from llm_testbed.images.recipe import DebianBase, ImageRecipe
+from llm_testbed.images.recipe import KEEP_BUILT, DebianBase, ImageRecipe
 from llm_testbed.images.steps import report, run_step
 
 CONSTRAINTS = "images/trainer/constraints.txt"
@@ -118,4 +118,12 @@ def ensure(root: Path, recipe: ImageRecipe, base: DebianBase) -> Wheelhouse:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     report(f"wheelhouse {recipe.name}: {len(found)} wheels, {size / 2**20:.0f} MiB -> {target}")
+    _keep_newest(target.parent, recipe.name)
     return Wheelhouse(target, key)
+
+
+def _keep_newest(folder: Path, name: str) -> None:
+    complete = [p for p in folder.glob(f"{name}-*") if (p / COMPLETE).is_file()]
+    complete.sort(key=lambda p: (p / COMPLETE).stat().st_mtime, reverse=True)
+    for old in complete[KEEP_BUILT:]:
+        shutil.rmtree(old, ignore_errors=True)
