@@ -18,6 +18,7 @@ from llm_testbed.images.podman import Podman, images_root, ulimit_flags
 from llm_testbed.images.recipe import KEEP_BUILT, REPOSITORY, DebianBase
 from llm_testbed.images.steps import report, run_step
 
+BASE_REPOSITORY = f"{REPOSITORY}/base"
 _EXCLUDED_PATHS = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*")
 _CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -54,7 +55,7 @@ def base_key(base: DebianBase) -> str:
 
 
 def reference(base: DebianBase) -> str:
-    return f"{REPOSITORY}/base:{base_key(base)}"
+    return f"{BASE_REPOSITORY}:{base_key(base)}"
 
 
 def _python_version(podman: Podman, ref: str) -> str:
@@ -93,5 +94,5 @@ def ensure(podman: Podman, base: DebianBase) -> str:
             f"the {base.suite} base has Python {found}, the recipe says {base.python}: "
             "update BASE in llm_testbed/images/recipe.py (the wheelhouse is downloaded for that version)"
         )
-    podman.keep_newest(f"{REPOSITORY}/base", KEEP_BUILT)
+    podman.keep_newest(BASE_REPOSITORY, KEEP_BUILT)
     return ref

@@ -128,7 +128,7 @@ def _build(root: Path, podman: Podman, image: ImagePlan) -> None:
     log = images_root() / "logs" / f"build-{name}.log"
     elapsed = run_step(f"{name} image", build_argv(podman, image, context), log, progress=_podman_step)
     shutil.rmtree(context, ignore_errors=True)
-    podman.keep_newest(image.recipe.reference("").rstrip(":"), KEEP_BUILT)
+    podman.keep_newest(image.recipe.repository, KEEP_BUILT)
     size = podman.size(image.reference) / 2**20
     report(f"{name}: built {image.reference} in {elapsed:.0f}s ({size:.0f} MiB)")
 

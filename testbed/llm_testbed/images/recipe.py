@@ -77,8 +77,12 @@ class ImageRecipe:
     def ignore_file(self) -> str:
         return self.dockerfile + ".dockerignore"
 
+    @property
+    def repository(self) -> str:
+        return f"{REPOSITORY}/{self.name}"
+
     def reference(self, key: str) -> str:
-        return f"{REPOSITORY}/{self.name}:{key}"
+        return f"{self.repository}:{key}"
 
 
 OPERATOR = ImageRecipe(
