@@ -52,6 +52,15 @@ def cgroup_base(cluster: str) -> Path | None:
     return base
 
 
+def cgroup_parent(path: Path | None) -> str | None:
+    """A container cgroup as podman's ``--cgroup-parent`` names it: its path from the hierarchy's root
+    (the same path in the cgroup v1 hierarchies, so a v1 CPU quota of that group covers it as well)."""
+    root = cgroup2_root()
+    if path is None or root is None or not path.is_relative_to(root):
+        return None
+    return "/" + str(path.relative_to(root))
+
+
 @dataclass(frozen=True)
 class CpuGroups:
     """Where the containers' CPU quotas are set (a node's cpu fault): cgroup v2 (``cpu.max`` in each
