@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from llm_testbed.podrunner import incontainer, security
+from llm_testbed.podrunner import incontainer, probes, security
 from llm_testbed.podrunner.plan import ContainerPlan, Mount, PlanError
 
 PODMAN = ["podman", "--root", "/c/storage", "--runtime", "runc"]
@@ -264,7 +264,7 @@ def test_privileged_and_unconfined_seccomp() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"), [("64Mi", 64 << 20), ("1G", 10**9), ("512", 512), ("2Ki", 2048)]
+    ("text", "expected"), [("64Mi", 64 << 20), ("1G", 10**9), ("512", 512), ("2Ki", 2048), ("1.5Gi", 3 << 29)]
 )
 def test_byte_sizes(text: str, expected: int) -> None:
     assert incontainer.byte_size("x", text) == expected
@@ -273,3 +273,10 @@ def test_byte_sizes(text: str, expected: int) -> None:
 def test_a_bad_size_names_the_volume() -> None:
     with pytest.raises(PlanError, match=r"volume shm: emptyDir\.sizeLimit"):
         incontainer.shm_limit(_shm_pod("lots"), _shm_pod("lots")["spec"]["containers"][0])
+
+
+def test_a_probe_on_a_named_port_uses_the_containers_port_number() -> None:
+    container = {"ports": [{"name": "health", "containerPort": 8080}]}
+    probe = {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 10}
+    assert probes.numbered(probe, container)["httpGet"] == {"path": "/readyz", "port": 8080}
+    assert probes.numbered({"tcpSocket": {"port": "other"}}, container) == {"tcpSocket": {"port": "other"}}

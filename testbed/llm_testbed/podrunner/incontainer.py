@@ -23,6 +23,7 @@ and podman + runc run the pod's image. What goes into it, in Kubernetes terms:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -62,16 +63,16 @@ def image_argv(container: Mapping[str, Any], env: Mapping[str, str], pod_ip: str
     return ImageArgv(None, args or None)
 
 
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
 def byte_size(where: str, text: str) -> int:
-    """A resource quantity in bytes (``64Mi``, ``1Gi``, ``500M``, ``1048576``)."""
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9,
-             "T": 10**12}  # fmt: skip
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix) and text[: -len(suffix)].isdigit():
-            return int(text[: -len(suffix)]) * units[suffix]
-    if text.isdigit():
-        return int(text)
-    raise PlanError(f"{where}: {text!r} is not a byte quantity (e.g. 64Mi, 1Gi)")
+    """A resource quantity in bytes (``64Mi``, ``1.5Gi``, ``500M``, ``1048576``)."""
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise PlanError(f"{where}: {text!r} is not a byte quantity (e.g. 64Mi, 1Gi)")
+    return int(float(match.group(1)) * _UNITS.get(match.group(2) or "", 1))
 
 
 def shm_limit(pod: Mapping[str, Any], container: Mapping[str, Any]) -> int | None:

@@ -7,6 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def numbered(probe: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, Any]:
+    """``probe`` with a named port (``port: health``) replaced by the container's port of that name;
+    a name the container does not declare stays, and the probe fails, as a kubelet's would."""
+    out = dict(probe)
+    ports = {p.get("name"): p.get("containerPort") for p in container.get("ports") or [] if p.get("name")}
+    for kind in ("tcpSocket", "httpGet"):
+        action = out.get(kind)
+        if isinstance(action, Mapping) and isinstance(action.get("port"), str) and action["port"] in ports:
+            out[kind] = {**action, "port": ports[action["port"]]}
+    return out
+
+
 async def probe_once(ip: str, probe: Mapping[str, Any]) -> bool:
     try:
         if "tcpSocket" in probe:

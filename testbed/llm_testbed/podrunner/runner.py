@@ -514,7 +514,7 @@ class Runner:
                 proc.kill_tree()  # deleted, lost or failed on purpose while it was being started
             c.pid, c.started_at, c.exit_code, c.finished_at = pid, status.now(), None, None
             c.waiting_reason, c.waiting_message = None, ""
-            probe = spec.get("readinessProbe") or {}
+            probe = probes.numbered(spec.get("readinessProbe") or {}, spec)
             c.ready = not ("tcpSocket" in probe or "httpGet" in probe)
             say(f"{run.key}: container {c.name} started, pid {pid}, log {log}")
             run.started.setdefault(c.name, asyncio.Event()).set()
