@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -29,6 +30,9 @@ from llm_testbed.images.podman import Podman, ulimit_flags
 from llm_testbed.podrunner.incontainer import LABEL_CLUSTER
 
 REMOVE_TIMEOUT_S = 60.0
+REMOVE_TRIES = 3
+PODMAN_NPROC = 32768
+"""podman 4.3 lowers its own RLIMIT_NPROC to this; a container asking for more fails to start (EPERM)."""
 PODMAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 """The environment of the podman process itself (none of it reaches a container)."""
 
@@ -84,8 +88,11 @@ class Images:
 
 def run_flags() -> list[str]:
     """Flags of every container beside the pod's: this machine's hard ulimits (podman's defaults
-    can exceed them, and then no container starts)."""
-    return ulimit_flags()
+    can exceed them, and then no container starts), processes at most podman's own limit."""
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    nproc = PODMAN_NPROC if nproc == resource.RLIM_INFINITY else min(nproc, PODMAN_NPROC)
+    return ulimit_flags({"nofile": nofile, "nproc": nproc})
 
 
 def give_volume(folder: Path, fs_group: int | None, anyone: bool) -> None:
@@ -127,17 +134,24 @@ def message_file(path: Path) -> None:
 
 
 async def remove(podman: Podman, name: str) -> None:
-    """``podman rm --force`` one container (gone already: nothing to do)."""
-    proc = await asyncio.create_subprocess_exec(
-        *podman.argv("rm", "--force", "--ignore", "--time", "0", name),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env=PODMAN_ENV,
-    )  # fmt: skip
-    try:
-        await asyncio.wait_for(proc.communicate(), REMOVE_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+    """``podman rm --force`` one container (gone already: nothing to do).
+
+    After its ``conmon`` was killed with it (a lost node, the cgroup's kill) podman still thinks the
+    container is stopping: the first removal fails ("container state improper") and records it stopped;
+    the next one removes it. Hence a few tries.
+    """
+    for _ in range(REMOVE_TRIES):
+        proc = await asyncio.create_subprocess_exec(
+            *podman.argv("rm", "--force", "--ignore", "--time", "0", name),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL, env=PODMAN_ENV,
+        )  # fmt: skip
+        try:
+            if await asyncio.wait_for(proc.wait(), REMOVE_TIMEOUT_S) == 0:
+                return
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
 
 
 def remove_all(cluster: str, p: Podman | None = None) -> list[str]:
@@ -151,9 +165,11 @@ def remove_all(cluster: str, p: Podman | None = None) -> list[str]:
         capture_output=True, text=True, check=False, timeout=REMOVE_TIMEOUT_S, env=PODMAN_ENV,
     )  # fmt: skip
     names = listed.stdout.split()
-    if names:
-        subprocess.run(
+    for _ in range(REMOVE_TRIES if names else 0):  # see remove(): a killed conmon takes two
+        done = subprocess.run(
             p.argv("rm", "--force", "--ignore", "--time", "0", *names),
             capture_output=True, check=False, timeout=REMOVE_TIMEOUT_S, env=PODMAN_ENV,
         )  # fmt: skip
+        if done.returncode == 0:
+            break
     return names

@@ -119,8 +119,7 @@ def stop(cluster: str, state_dir: Path) -> bool:
         for child in base.iterdir():
             if child.is_dir():
                 process.kill_cgroup(child)
-        with contextlib.suppress(OSError):
-            base.rmdir()
+        process.remove_cgroup(base)
     shutil.rmtree(files.shm_dir(cluster), ignore_errors=True)
     if (state_dir / CONTAINERS_MARK).is_file():  # a runner killed hard leaves its containers
         containers.remove_all(cluster)

@@ -135,8 +135,33 @@ def kill_cgroup(path: Path) -> None:
         except OSError:
             break
         time.sleep(0.01)
-    with contextlib.suppress(OSError):
-        path.rmdir()
+    remove_cgroup(path)
+
+
+def cgroup_mounts() -> list[Path]:
+    """Every cgroup hierarchy of this machine (v1 controllers and v2)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    return [
+        Path(p[1]) for p in (line.split() for line in mounts) if len(p) > 2 and p[2] in ("cgroup", "cgroup2")
+    ]
+
+
+def remove_cgroup(path: Path) -> None:
+    """Remove an empty cgroup with the groups under it (podman's ``libpod-<id>`` and ``conmon`` groups of
+    a container started below it), here and at the same path in every other hierarchy (podman makes
+    them in each v1 controller). What still holds a process stays."""
+    root = cgroup2_root()
+    relative = path.relative_to(root) if root is not None and path.is_relative_to(root) else None
+    mirrors = [m / relative for m in cgroup_mounts()] if relative is not None else [path]
+    for top in {path, *mirrors}:
+        if not top.is_dir():
+            continue
+        for folder, _, _ in sorted(os.walk(top), key=lambda w: -len(Path(w[0]).parts)):
+            with contextlib.suppress(OSError):
+                Path(folder).rmdir()
 
 
 def descendants(pid: int) -> list[int]:

@@ -712,8 +712,7 @@ class Runner:
             for child in self.cgroups.iterdir() if self.cgroups.is_dir() else []:
                 if child.is_dir():
                     process.kill_cgroup(child)
-            with contextlib.suppress(OSError):
-                self.cgroups.rmdir()
+            process.remove_cgroup(self.cgroups)
         if self.cpu is not None and not self.cpu.v2 and self.cpu.base.is_dir():
             for child in self.cpu.base.iterdir():
                 if child.is_dir():
