@@ -19,9 +19,10 @@ COMMANDS: dict[str, str] = {"podman": "podman", "runc": "runc", "mmdebstrap": "m
 """Command -> the Debian package that provides it."""
 
 
-def missing_packages(which: Callable[[str], str | None] = shutil.which) -> list[str]:
-    """The Debian packages whose command is not on PATH, in a stable order."""
-    return sorted({package for command, package in COMMANDS.items() if which(command) is None})
+def missing_packages(which: Callable[[str], str | None] | None = None) -> list[str]:
+    """The Debian packages whose command is not on PATH (``which``: shutil.which), in a stable order."""
+    find = which or shutil.which
+    return sorted({package for command, package in COMMANDS.items() if find(command) is None})
 
 
 def install_argv(packages: list[str]) -> list[list[str]]:

@@ -32,13 +32,28 @@ def _limit(value: int) -> str:
     return "-1" if value == resource.RLIM_INFINITY else str(value)
 
 
+def _pid_max() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return resource.RLIM_INFINITY
+
+
+def container_limits() -> dict[str, int]:
+    """The open-file and process limits a container can get here: the hard limits, and for processes at
+    most ``kernel.pid_max`` (podman lowers its own RLIMIT_NPROC to it, and runc cannot go above podman's)."""
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    pid_max = _pid_max()
+    return {
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+        "nproc": pid_max if nproc == resource.RLIM_INFINITY else min(nproc, pid_max),
+    }
+
+
 def ulimit_flags(limits: dict[str, int] | None = None) -> list[str]:
-    """``--ulimit`` flags for ``podman build`` and ``run``: soft = hard = this machine's hard limit."""
+    """``--ulimit`` flags for ``podman build`` and ``run``: soft = hard = :func:`container_limits`."""
     if limits is None:
-        limits = {
-            "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
-            "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[1],
-        }
+        limits = container_limits()
     flags: list[str] = []
     for name in sorted(limits):
         value = _limit(limits[name])
