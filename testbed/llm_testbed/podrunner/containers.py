@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import resource
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -31,8 +30,6 @@ from llm_testbed.podrunner.incontainer import LABEL_CLUSTER
 
 REMOVE_TIMEOUT_S = 60.0
 REMOVE_TRIES = 3
-PODMAN_NPROC = 32768
-"""podman 4.3 lowers its own RLIMIT_NPROC to this; a container asking for more fails to start (EPERM)."""
 PODMAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 """The environment of the podman process itself (none of it reaches a container)."""
 
@@ -87,12 +84,9 @@ class Images:
 
 
 def run_flags() -> list[str]:
-    """Flags of every container beside the pod's: this machine's hard ulimits (podman's defaults
-    can exceed them, and then no container starts), processes at most podman's own limit."""
-    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    nproc = PODMAN_NPROC if nproc == resource.RLIM_INFINITY else min(nproc, PODMAN_NPROC)
-    return ulimit_flags({"nofile": nofile, "nproc": nproc})
+    """Flags of every container beside the pod's: ulimits within this machine's and podman's limits
+    (podman's defaults can exceed them, and then no container starts)."""
+    return ulimit_flags()
 
 
 def give_volume(folder: Path, fs_group: int | None, anyone: bool) -> None:
