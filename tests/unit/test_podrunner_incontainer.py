@@ -280,3 +280,8 @@ def test_a_probe_on_a_named_port_uses_the_containers_port_number() -> None:
     probe = {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 10}
     assert probes.numbered(probe, container)["httpGet"] == {"path": "/readyz", "port": 8080}
     assert probes.numbered({"tcpSocket": {"port": "other"}}, container) == {"tcpSocket": {"port": "other"}}
+
+
+def test_the_bind_shim_comes_after_the_images_own_pythonpath() -> None:
+    env = incontainer.service_env(API, "127.1.0.2", "w-0", image_pythonpath="/app")
+    assert env["PYTHONPATH"] == f"/app:{incontainer.SITE_MOUNT}"

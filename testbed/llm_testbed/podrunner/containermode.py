@@ -58,7 +58,8 @@ class ContainerMode:
             out[name] = incontainer.container_run_plan(
                 pod, specs[name], cplan,
                 podman=self.podman.argv(), podman_env=containers.PODMAN_ENV, cluster=self.cluster,
-                image_user=images[name].user, pod_ip=pod_ip, host_ip=host_ip, api_env=self.api_env,
+                image_user=images[name].user, image_pythonpath=images[name].pythonpath,
+                pod_ip=pod_ip, host_ip=host_ip, api_env=self.api_env,
                 site_dir=str(self.site_dir), cgroup_parent=process.cgroup_parent(cgroup),
                 extra=containers.run_flags(),
             )  # fmt: skip

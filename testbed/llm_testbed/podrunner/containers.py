@@ -43,6 +43,8 @@ class Image:
     reference: str
     user: str
     """The image's ``USER`` (``""``: root)."""
+    pythonpath: str = ""
+    """The image's own ``PYTHONPATH`` (its ENV), kept in front of the runner's bind shim."""
 
 
 def make_podman() -> Podman:
@@ -65,7 +67,8 @@ class Images:
             found: Image | None = None
             if reference and self.podman.image_exists(reference):
                 config = self.podman.inspect(reference).get("Config") or {}
-                found = Image(reference, str(config.get("User") or ""))
+                env = dict(str(e).partition("=")[::2] for e in config.get("Env") or [])
+                found = Image(reference, str(config.get("User") or ""), env.get("PYTHONPATH", ""))
             self.known[reference] = found
         return self.known[reference]
 

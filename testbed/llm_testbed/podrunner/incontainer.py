@@ -160,10 +160,13 @@ def container_name(cluster: str, pod_uid: str, container: str) -> str:
     return f"llmjob-{cluster}-{pod_uid}-{container}"
 
 
-def service_env(api_env: Mapping[str, str], pod_ip: str, hostname: str) -> dict[str, str]:
+def service_env(
+    api_env: Mapping[str, str], pod_ip: str, hostname: str, image_pythonpath: str = ""
+) -> dict[str, str]:
     """What the runner gives every container beside its own ``env``: the API server's address, the pod
-    IP and hostname, and the bind shim on PYTHONPATH (:data:`SITE_MOUNT`)."""
-    return {**api_env, "HOSTNAME": hostname, "LLMJOB_PODRUNNER_POD_IP": pod_ip, "PYTHONPATH": SITE_MOUNT}
+    IP and hostname, and the bind shim on PYTHONPATH (:data:`SITE_MOUNT`, after the image's own)."""
+    path = f"{image_pythonpath}:{SITE_MOUNT}" if image_pythonpath else SITE_MOUNT
+    return {**api_env, "HOSTNAME": hostname, "LLMJOB_PODRUNNER_POD_IP": pod_ip, "PYTHONPATH": path}
 
 
 def container_run_plan(
@@ -175,6 +178,7 @@ def container_run_plan(
     podman_env: Mapping[str, str],
     cluster: str,
     image_user: str,
+    image_pythonpath: str = "",
     pod_ip: str,
     host_ip: str,
     api_env: Mapping[str, str],
@@ -185,7 +189,11 @@ def container_run_plan(
     """``base`` (the process-mode plan: mounts, hosts file, cgroups) as a ``podman run`` of the image."""
     name = str(container["name"])
     env = container_env(
-        pod, container, pod_ip=pod_ip, host_ip=host_ip, base=service_env(api_env, pod_ip, base.hostname)
+        pod,
+        container,
+        pod_ip=pod_ip,
+        host_ip=host_ip,
+        base=service_env(api_env, pod_ip, base.hostname, image_pythonpath),
     )
     run = PodmanRun(
         podman=list(podman),
