@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from llm_testbed.podrunner import incontainer, probes, security
+from llm_testbed.podrunner import apiservice, incontainer, probes, security
 from llm_testbed.podrunner.plan import ContainerPlan, Mount, PlanError
 
 PODMAN = ["podman", "--root", "/c/storage", "--runtime", "runc"]
@@ -285,3 +285,10 @@ def test_a_probe_on_a_named_port_uses_the_containers_port_number() -> None:
 def test_the_bind_shim_comes_after_the_images_own_pythonpath() -> None:
     env = incontainer.service_env(API, "127.1.0.2", "w-0", image_pythonpath="/app")
     assert env["PYTHONPATH"] == f"/app:{incontainer.SITE_MOUNT}"
+
+
+def test_the_kubernetes_service_names_in_a_pods_hosts_file() -> None:
+    assert apiservice.hosts_line("127.2.0.1", "team") == (
+        "127.2.0.1 kubernetes.default.svc.cluster.local kubernetes.default.svc kubernetes.default"
+    )
+    assert apiservice.hosts_line("127.2.0.1", "default").endswith(" kubernetes.default kubernetes")

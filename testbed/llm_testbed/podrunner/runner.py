@@ -34,6 +34,7 @@ import aiohttp
 
 from llm_testbed.localcluster import marks
 from llm_testbed.podrunner import (
+    apiservice,
     apivolumes,
     faults,
     files,
@@ -129,6 +130,7 @@ class Runner:
     ) -> None:
         self.kube = kube
         self.containers = containers  # container mode: pods whose images we have run in them
+        self.api_ip: str | None = None  # where kubernetes.default.svc:443 answers (apiservice)
         self.state_dir = state_dir
         self.cluster = cluster
         self.programs = dict(programs)
@@ -698,7 +700,13 @@ class Runner:
         for run in live:
             hosts = self._pod_dir(run.uid) / "hosts"
             if hosts.parent.is_dir():
-                files.write_in_place(hosts, network.hosts_text(entries[run.uid], entries.values(), services))
+                api = (
+                    [apiservice.hosts_line(self.api_ip, run.pod["metadata"]["namespace"])]
+                    if self.api_ip
+                    else []
+                )
+                text = network.hosts_text(entries[run.uid], entries.values(), services, api)
+                files.write_in_place(hosts, text)
 
     # ------------------------------------------------------------------ shutdown
     def stop_all(self) -> None:
@@ -749,6 +757,8 @@ async def serve(
     env["PYTHONPATH"] = f"{site}:{pythonpath}" if pythonpath else site
     env.update(api)
     runner = Runner(kube, state_dir, cluster, programs, env, mode)
+    service = apiservice.ApiService(api["KUBERNETES_SERVICE_HOST"], int(api["KUBERNETES_SERVICE_PORT"]))
+    runner.api_ip = await service.start(say)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -768,5 +778,6 @@ async def serve(
         main.cancel()
         stopper.cancel()
         runner.stop_all()
+        service.close()
         say("stopped: every pod process killed")
         await kube.close()
