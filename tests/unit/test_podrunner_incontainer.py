@@ -51,11 +51,11 @@ def _tail(argv: list[str]) -> list[str]:
 def test_the_run_is_podmans_own_with_the_pods_identity_network_and_cgroup() -> None:
     argv = _argv(_pod())
     assert argv[: len(PODMAN) + 1] == [*PODMAN, "run"]
-    for flag, value in [("--pull", "never"), ("--network", "host"), ("--hostname", "w-0"),
+    for flag, value in [("--network", "host"), ("--hostname", "w-0"),
                         ("--cgroup-parent", "/llmjob-podrunner/c/uid-1-main"),
                         ("--name", "llmjob-c-uid-1-main"), ("--ulimit", "nofile=1024:1024")]:  # fmt: skip
         assert value in _flag_values(argv, flag), flag
-    assert {"--rm", "--replace", "--no-hosts", "--http-proxy=false"} <= set(argv)
+    assert {"--rm", "--replace", "--pull=never", "--no-hosts", "--http-proxy=false"} <= set(argv)
     volumes = _flag_values(argv, "-v")
     assert "/s/pods/uid-1/hosts:/etc/hosts:ro" in volumes
     assert f"/s/site:{incontainer.SITE_MOUNT}:ro" in volumes

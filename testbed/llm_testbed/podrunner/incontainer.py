@@ -135,7 +135,7 @@ def run_argv(run: PodmanRun) -> list[str]:
     """The whole ``podman run`` command line (in the foreground: its exit code is the container's)."""
     shm_mount = run.shm_bytes is not None or any(m.target == SHM_PATH and m.tmpfs_bytes for m in run.mounts)
     shm = next((m.tmpfs_bytes for m in run.mounts if m.target == SHM_PATH and m.tmpfs_bytes), run.shm_bytes)
-    argv = [*run.podman, "run", "--rm", "--replace", "--name", run.name, "--pull", "never"]
+    argv = [*run.podman, "run", "--rm", "--replace", "--name", run.name, "--pull=never"]
     argv += ["--label", f"{LABEL_CLUSTER}={run.cluster}", "--label", f"{LABEL_POD}={run.pod_uid}"]
     argv += ["--network", "host", "--hostname", run.hostname, "--no-hosts", "--http-proxy=false"]
     argv += ["-v", f"{run.hosts_file}:/etc/hosts:ro", "-v", f"{run.site_dir}:{SITE_MOUNT}:ro"]
