@@ -54,6 +54,7 @@ class ContainerMode:
         out: dict[str, ContainerPlan] = {}
         for name, cplan in plans.items():
             containers.message_file(pod_dir / f"{name}.termination-log")
+            containers.make_sources(cplan.mounts)
             cgroup = Path(cplan.cgroup) if cplan.cgroup else None
             out[name] = incontainer.container_run_plan(
                 pod, specs[name], cplan,

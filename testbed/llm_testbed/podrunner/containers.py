@@ -19,7 +19,7 @@ import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from llm_testbed.images.errors import ImageError
 from llm_testbed.images.podman import Podman, ulimit_flags
 from llm_testbed.podrunner.incontainer import LABEL_CLUSTER
+from llm_testbed.podrunner.plan import Mount
 
 REMOVE_TIMEOUT_S = 60.0
 REMOVE_TRIES = 3
@@ -122,6 +123,14 @@ def volume_owners(
             continue
         Path(folder).mkdir(parents=True, exist_ok=True)
         give_volume(Path(folder), fs_group, anyone="emptyDir" in vol)
+
+
+def make_sources(mounts: Iterable[Mount]) -> None:
+    """Create the missing folders the container's bind mounts name (a ``subPath``, a new volume), as the
+    process mode's launcher does; podman refuses to bind a path that does not exist."""
+    for m in mounts:
+        if not m.tmpfs_bytes and not Path(m.source).exists():
+            Path(m.source).mkdir(parents=True)
 
 
 def message_file(path: Path) -> None:
