@@ -38,7 +38,7 @@ from llm_testbed.images.steps import report, run_step
 from llm_testbed.localcluster.filelock import locked
 from llm_testbed.localcluster.paths import repo_root
 
-BUILD_FLAGS = ("--format", "docker", "--layers", "--network", "none", "--pull", "never")
+BUILD_FLAGS = ("--format=docker", "--layers", "--network=none", "--pull=never")
 """Flags of every build: Docker's image format (it keeps SHELL), layer cache, no network, no pulls."""
 _STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*")
 
