@@ -227,7 +227,8 @@ def test_build_runs_offline_from_the_staged_context(tmp_path: Path) -> None:
     image = build.plan(ROOT, recipe.TRAINER)
     cmd = build.build_argv(podman.Podman("podman", tmp_path), image, tmp_path / "ctx")
     text = " ".join(cmd)
-    assert "--network none" in text and "--pull never" in text and "--format docker" in text
+    assert "--network=none" in text and "--pull=never" in text and "--format=docker" in text
+    assert "--layers=false" in text, "podman 4.3's layer cache ignores what RUN --mount binds"
     assert f"--tag {image.reference}" in text
     assert f"--build-arg TRAINER_SYSTEM={base.reference(recipe.BASE)}" in text
     assert "--build-arg WHEELHOUSE=1" in text

@@ -87,7 +87,11 @@ def ensure(podman: Podman, base: DebianBase) -> str:
         run_step("base: podman import", import_argv(podman, base, tarball, ref), logs / "base-import.log")
     finally:
         tarball.unlink(missing_ok=True)
-    found = _python_version(podman, ref)
+    try:
+        found = _python_version(podman, ref)
+    except ImageError:
+        podman.remove(ref)  # a base that was never checked is not kept
+        raise
     if found != base.python:
         podman.remove(ref)
         raise ImageError(

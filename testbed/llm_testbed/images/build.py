@@ -38,8 +38,11 @@ from llm_testbed.images.steps import report, run_step
 from llm_testbed.localcluster.filelock import locked
 from llm_testbed.localcluster.paths import repo_root
 
-BUILD_FLAGS = ("--format", "docker", "--layers", "--network", "none", "--pull", "never")
-"""Flags of every build: Docker's image format (it keeps SHELL), layer cache, no network, no pulls."""
+BUILD_FLAGS = ("--format=docker", "--layers=false", "--network=none", "--pull=never")
+"""Flags of every build: Docker's image format (it keeps SHELL), no network, no pulls, and no layer cache:
+podman 4.3's buildah reuses a cached ``RUN --mount=type=bind`` layer when the stage or folder it mounts has
+changed (buildah issues 4522, 5400, 6609), which would ship old code under a new key. The content key is
+the cache; every build it asks for is complete."""
 _STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*")
 
 
