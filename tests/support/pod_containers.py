@@ -10,6 +10,8 @@ from llm_testbed.images.podman import Podman
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.podrunner.incontainer import LABEL_CLUSTER, container_name
 
+INSPECT_TRIES = 3  # podman answers "container state improper" now and then while it changes a container
+
 
 def inspect(
     cluster: LocalCluster, pod: dict[str, Any], container: str | None = None
@@ -17,13 +19,16 @@ def inspect(
     """``podman container inspect`` of the pod's container (default: its first), None when there is none."""
     name = container or pod["spec"]["containers"][0]["name"]
     ref = container_name(cluster.name, pod["metadata"]["uid"], name)
-    proc = subprocess.run(
-        Podman.of_cache().argv("container", "inspect", ref), capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        return None
-    found: list[dict[str, Any]] = json.loads(proc.stdout)
-    return found[0] if found else None
+    for _ in range(INSPECT_TRIES):
+        proc = subprocess.run(
+            Podman.of_cache().argv("container", "inspect", ref), capture_output=True, text=True, check=False
+        )
+        if proc.returncode == 0:
+            found: list[dict[str, Any]] = json.loads(proc.stdout)
+            return found[0] if found else None
+        if "no such container" in proc.stderr.lower():
+            return None
+    raise AssertionError(f"podman container inspect {ref} failed: {proc.stderr.strip()}")
 
 
 def running(cluster: LocalCluster, pod: dict[str, Any]) -> bool:
