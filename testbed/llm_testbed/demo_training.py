@@ -158,7 +158,8 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
     resumed = progress.steps_at("the survivors to resume at world size 2", 2, 1, before["time"])
     if recovery == "inProcess":
         same = set(resumed.get("pids") or []) <= set(before.get("pids") or [])
-        how = f"same processes {sorted(resumed.get('pids') or [])}" if same else "new processes"
+        pids = "PIDs in their containers" if getattr(args, "containers", False) else "PIDs"
+        how = f"same processes ({pids} {sorted(resumed.get('pids') or [])})" if same else "new processes"
         tl.mark("survivors went on at world size 2", f"{time.monotonic() - t_lost:.1f}s; {how}")
     else:
         tl.mark(
