@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_testbed.podrunner import apiservice, incontainer, probes, security
+from llm_testbed.podrunner import apiservice, containers, incontainer, probes, security
 from llm_testbed.podrunner.plan import ContainerPlan, Mount, PlanError
 
 PODMAN = ["podman", "--root", "/c/storage", "--runtime", "runc"]
@@ -292,3 +295,24 @@ def test_the_kubernetes_service_names_in_a_pods_hosts_file() -> None:
         "127.2.0.1 kubernetes.default.svc.cluster.local kubernetes.default.svc kubernetes.default"
     )
     assert apiservice.hosts_line("127.2.0.1", "default").endswith(" kubernetes.default kubernetes")
+
+
+def test_volumes_are_handed_over_as_a_kubelet_does(tmp_path: Path) -> None:
+    """emptyDir: anyone may write; with fsGroup every volume folder is the group's, group-writable and
+    set-group-ID (new files keep the group); a file keeps its own mode plus group read/write."""
+    empty, claim = tmp_path / "empty", tmp_path / "pv"
+    (claim / "data").mkdir(parents=True)
+    (claim / "data" / "shard").write_bytes(b"x")
+    (claim / "data" / "shard").chmod(0o644)
+    group = os.getgid()
+    pod = _pod(volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "fsx", "persistentVolumeClaim": {}},
+                        {"name": "host", "hostPath": {"path": str(tmp_path / "host")}}])  # fmt: skip
+    containers.volume_owners(
+        pod, {"scratch": str(empty), "fsx": str(claim), "host": str(tmp_path / "host")}, group
+    )
+    assert stat.S_IMODE(empty.stat().st_mode) & 0o777 == 0o777
+    for folder in (claim, claim / "data"):
+        mode = folder.stat().st_mode
+        assert folder.stat().st_gid == group and mode & stat.S_ISGID and mode & 0o070 == 0o070
+    assert stat.S_IMODE((claim / "data" / "shard").stat().st_mode) == 0o664
+    assert not (tmp_path / "host").exists(), "hostPath is the machine's own: left alone"
