@@ -132,6 +132,9 @@ def test_operator_serves_its_probes_under_the_charts_security_context(
         url = f"http://127.0.0.1:{ports.get(httpget['port'], httpget['port'])}{httpget['path']}"
         proc = containers.exec(name, "python", "-c", PROBE, url)
         if proc.returncode != 0:
+            if not containers.running(name):
+                log = containers.logs(name)[-3000:]
+                pytest.fail(f"the operator exited before its {kind} answered; its log:\n{log}", pytrace=False)
             return None
         status, _, body = proc.stdout.partition(" ")
         return int(status), json.loads(body)

@@ -350,3 +350,8 @@ def test_cli_prints_name_and_reference(
     monkeypatch.setattr(build, "ensure", lambda names: {n: f"localhost/x/{n}:k" for n in names})
     assert cli.main(["build", "operator"]) == 0
     assert capsys.readouterr().out == "operator localhost/x/operator:k\n"
+
+
+def test_a_python_without_pip_is_named() -> None:
+    with pytest.raises(ImageError, match="/bin/false has no pip"):
+        wheelhouse._check_pip("/bin/false")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -82,6 +83,15 @@ def wheelhouse_key(wanted: list[str], constraints: bytes, base: DebianBase) -> s
     )
 
 
+def _check_pip(python: str) -> None:
+    probe = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise ImageError(
+            f"wheelhouse: {python} has no pip (it downloads the wheels): "
+            "run `make images PYTHON=<a python3 with pip>` or install python3-pip"
+        )
+
+
 def _big_downloads(line: str) -> str | None:
     match = _BIG_DOWNLOAD.search(line)
     if match is None:
@@ -103,6 +113,7 @@ def ensure(root: Path, recipe: ImageRecipe, base: DebianBase) -> Wheelhouse:
     target = images_root() / "wheelhouse" / f"{recipe.name}-{key}"
     if (target / COMPLETE).is_file():
         return Wheelhouse(target, key)
+    _check_pip(sys.executable)
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
