@@ -6,15 +6,17 @@ BIN := $(VENV)/bin
 EXTRAS ?= operator,trainer,dev
 PYTEST_ARGS ?=
 
-.PHONY: help setup tools test test-unit lint crds demo bench clean-cluster
+.PHONY: help setup tools images test test-unit lint crds demo bench clean-cluster
 
 help:
 	@echo "make demo    - build tools (first run), local cluster whose pods run, the operator and a job that trains through a node loss"
+	@echo "              DEMO_ARGS=--containers: every worker in a container of the trainer image (builds it first: make images)"
 	@echo "make test    - unit, trainer, chart and integration tests against a real local control plane"
 	@echo "make lint    - ruff + mypy --strict on the packages"
 	@echo "make crds    - regenerate crds/, the chart's copy and docs/api.md from the API models"
 	@echo "make setup   - create .venv with the operator, trainer and dev extras"
 	@echo "make tools   - build the pinned upstream binaries into the per-machine cache"
+	@echo "make images  - build the operator and trainer images with podman + runc (offline, cached by content)"
 
 setup: $(VENV)/.installed
 
@@ -27,6 +29,11 @@ $(VENV)/.installed: pyproject.toml images/trainer/constraints.txt
 
 tools: setup
 	$(BIN)/llmjob tools build
+
+# Standard library only (no .venv needed): installs podman, runc and mmdebstrap from Debian's packages when
+# missing (root), prints '<name> <reference>' per image. PYTHON must be the Python whose pip downloads the wheels.
+images:
+	PYTHONPATH=testbed $(PYTHON) -m llm_testbed.images build
 
 test: setup tools
 	$(BIN)/pytest $(PYTEST_ARGS)

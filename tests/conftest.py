@@ -16,6 +16,8 @@
   its pods run for real as local processes (the local pod runner). Only tests that ask for it start it.
   ``process_namespace`` (function): a fresh namespace there, with ``KUBECONFIG`` pointing at that
   cluster for the test's duration; the node set is restored afterwards.
+- ``container_cluster`` / ``container_namespace``: the same in the pod runner's container mode,
+  ``pytest-ctr-<pid>``: pods of images `make images` built run in containers of them (podman + runc).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ _session_cluster: LocalCluster | None = None  # set while the session cluster ex
 _session_ready = False  # set once it is up: only then are nodes restored after each test
 _session_logs: Path | None = None
 _session_peak_memory: dict[str, int] = {}
-_process_cluster: LocalCluster | None = None  # set while the run-pods cluster exists
+_pod_clusters: dict[str, LocalCluster] = {}  # fixture name -> its run-pods cluster, while it exists
 _guards: dict[str, NodeGuard] = {}  # fixture name -> the phantom-failure guard of its cluster
 _supervisors: dict[str, restart.Supervisor] = {}  # fixture name -> what restarts its cluster's components
 
@@ -86,7 +88,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _remove_clusters_of_dead_sessions() -> None:
     """A killed test run cannot tear down its cluster: the next run does (live sessions are left alone)."""
     for name in cluster_names():
-        match = re.fullmatch(r"pytest-(?:cli-|run-)?(\d+)", name)
+        match = re.fullmatch(r"pytest-(?:cli-|run-|ctr-)?(\d+)", name)
         if match and not pid_alive(int(match.group(1))):
             LocalCluster(name).down()
 
@@ -154,23 +156,23 @@ def _control_plane_whole(request: pytest.FixtureRequest) -> Iterator[None]:
         )
 
 
-@pytest.fixture(scope="session")
-def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A local cluster whose pods run as real processes (``LocalCluster.up(..., run_pods=True)``)."""
+def _pods_running_cluster(
+    fixture: str, name: str, logs: Path, containers: bool = False
+) -> Iterator[LocalCluster]:
+    """A run-pods cluster for a session fixture: up, guarded and supervised, its logs kept, then down."""
     _remove_clusters_of_dead_sessions()
-    global _process_cluster
-    local = LocalCluster(f"pytest-run-{os.getpid()}")
-    logs = tmp_path_factory.mktemp("process-cluster-logs")
-    _process_cluster = local
+    local = LocalCluster(name)
+    _pod_clusters[fixture] = local
     try:
-        local.up(PROCESS_GPU_NODES, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True)
-        _guards["process_cluster"] = NodeGuard(local.kube).start()
-        _supervisors["process_cluster"] = restart.Supervisor.of(local).start()
+        local.up(PROCESS_GPU_NODES, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True,
+                 containers=containers)  # fmt: skip
+        _guards[fixture] = NodeGuard(local.kube).start()
+        _supervisors[fixture] = restart.Supervisor.of(local).start()
         yield local
     finally:
-        _stop_supervisor("process_cluster")
-        _stop_guard("process_cluster")
-        _process_cluster = None
+        _stop_supervisor(fixture)
+        _stop_guard(fixture)
+        _pod_clusters.pop(fixture, None)
         local.collect_logs(logs)
         if local.podrunner_dir.is_dir():  # container logs and the runner's own, kept after `down`
             shutil.copytree(local.podrunner_dir / "logs", logs / "pods", dirs_exist_ok=True)
@@ -180,25 +182,50 @@ def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
         local.down()
 
 
+@pytest.fixture(scope="session")
+def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local cluster whose pods run as real processes (``LocalCluster.up(..., run_pods=True)``)."""
+    logs = tmp_path_factory.mktemp("process-cluster-logs")
+    yield from _pods_running_cluster("process_cluster", f"pytest-run-{os.getpid()}", logs)
+
+
+@pytest.fixture(scope="session")
+def container_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A run-pods cluster in container mode (``containers=True``): pods whose images `make images` built
+    run in containers of them (podman + runc); the others, like the rendezvous etcd, as processes."""
+    logs = tmp_path_factory.mktemp("container-cluster-logs")
+    yield from _pods_running_cluster("container_cluster", f"pytest-ctr-{os.getpid()}", logs, containers=True)
+
+
+def _pods_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = _namespace_name(request.node.name)
+    cluster.kubectl("create", "namespace", name)
+    wait_for(lambda: cluster.kube.get("serviceaccount", "default", name), timeout=30,
+             what=f"ServiceAccount {name}/default")  # fmt: skip
+    yield name
+    cluster.kubectl("delete", "pods", "--all", "--namespace", name, "--force", "--grace-period=0",
+                    "--wait=false", check=False)  # fmt: skip
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    baseline = nodes.cluster_nodes(PROCESS_GPU_NODES, PROCESS_CPU_NODES)
+    chaos.restore_nodes(baseline, kube=cluster.kube, timeout=60)
+
+
 @pytest.fixture
 def process_namespace(
     process_cluster: LocalCluster, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[str]:
     """A fresh namespace on ``process_cluster``; ``KUBECONFIG`` points there during the test."""
     monkeypatch.setenv("KUBECONFIG", str(process_cluster.kubeconfig))
-    name = _namespace_name(request.node.name)
-    process_cluster.kubectl("create", "namespace", name)
-    wait_for(
-        lambda: process_cluster.kube.get("serviceaccount", "default", name),
-        timeout=30,
-        what=f"ServiceAccount {name}/default",
-    )
-    yield name
-    process_cluster.kubectl("delete", "pods", "--all", "--namespace", name, "--force", "--grace-period=0",
-                            "--wait=false", check=False)  # fmt: skip
-    process_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-    baseline = nodes.cluster_nodes(PROCESS_GPU_NODES, PROCESS_CPU_NODES)
-    chaos.restore_nodes(baseline, kube=process_cluster.kube, timeout=60)
+    yield from _pods_namespace(process_cluster, request)
+
+
+@pytest.fixture
+def container_namespace(
+    container_cluster: LocalCluster, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """A fresh namespace on ``container_cluster``; ``KUBECONFIG`` points there during the test."""
+    monkeypatch.setenv("KUBECONFIG", str(container_cluster.kubeconfig))
+    yield from _pods_namespace(container_cluster, request)
 
 
 def _namespace_name(test_name: str) -> str:
@@ -236,11 +263,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()
     failed = not (report.passed or report.skipped)
-    if failed and _process_cluster is not None and "process_cluster" in getattr(item, "fixturenames", ()):
-        runner_log = _process_cluster.podrunner_dir / "runner.log"  # starts, exits, deletions, node loss
-        report.sections.append(
-            (f"pod runner (last {LOG_TAIL_LINES} lines)", _tail(runner_log, LOG_TAIL_LINES))
-        )
+    for fixture, pod_cluster in list(_pod_clusters.items()) if failed else []:
+        if fixture in getattr(item, "fixturenames", ()):
+            runner_log = pod_cluster.podrunner_dir / "runner.log"  # starts, exits, deletions, node loss
+            report.sections.append(
+                (f"pod runner of {fixture} (last {LOG_TAIL_LINES} lines)", _tail(runner_log, LOG_TAIL_LINES))
+            )
     if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
     if _session_cluster is not None:

@@ -26,6 +26,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -122,16 +123,23 @@ class Finding:
 
 
 def check_checkpoint_dir(folder: Path, max_seconds: float) -> Finding | None:
-    """A 4 MiB write + fsync in ``folder`` succeeds within ``max_seconds``."""
-    probe = folder / f".llm-elastic-health-{os.getpid()}"
+    """A 4 MiB write + fsync in ``folder`` succeeds within ``max_seconds``.
+
+    The probe file's name is made unique by the file system (``mkstemp``): every worker of a job checks the
+    same shared folder at once, and a PID alone is not unique across pods (each container has its own PID
+    namespace: two workers' trainers often have the same PID).
+    """
     started = time.monotonic()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with probe.open("wb") as handle:
-            handle.write(os.urandom(PROBE_BYTES))
-            handle.flush()
-            os.fsync(handle.fileno())
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".llm-elastic-health-", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(os.urandom(PROBE_BYTES))
+                handle.flush()
+                os.fsync(handle.fileno())
+        finally:
+            Path(probe).unlink()
     except OSError as exc:
         return Finding("checkpoint-write", f"{folder} is not writable ({exc.strerror or exc})")
     elapsed = time.monotonic() - started

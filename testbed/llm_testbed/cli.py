@@ -1,10 +1,11 @@
-"""The test bed's `llmjob` subcommands: cluster, tools, chaos (``localcluster.cli``) and demo."""
+"""The test bed's `llmjob` subcommands: cluster, tools, chaos (``localcluster.cli``), images and demo."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from llm_testbed.images import cli as images_cli
 from llm_testbed.localcluster import cli as cluster_cli
 
 
@@ -22,6 +23,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add the test bed's commands to ``llmjob``'s subparsers (each sets ``func``)."""
     cluster_cli.register(subparsers)
+    images_cli.register(subparsers)
     p = subparsers.add_parser(
         "demo", help="local cluster + operator + a job that trains through a node loss; prints a timeline"
     )
@@ -36,6 +38,11 @@ def register(subparsers: Any) -> None:
         "--fake-nodes",
         action="store_true",
         help="the operator-only story on fake nodes whose pods run nothing (reaction times, shrink, grow)",
+    )
+    p.add_argument(
+        "--containers",
+        action="store_true",
+        help="every worker in a container of the trainer image (`make images`, podman + runc)",
     )
     p.add_argument("--nodes", type=int, default=4, help="--fake-nodes: fake p5.48xlarge nodes (default 4)")
     p.add_argument("--grace", type=int, default=0, help="--fake-nodes: nodeFailureGraceSeconds (default 0)")

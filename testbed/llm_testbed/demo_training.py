@@ -6,6 +6,8 @@ min 2 / max 3 with recovery in process (``--recovery restart``: torchrun and che
 world size 3, one node is lost (NotReady: its processes die at once), the survivors go on at 2 in the same
 processes (restart: resume from the newest checkpoint), the node returns and the job grows back to 3. The
 closing lines say what the failure cost, from the trainer's own step log (``llm_elastic.accounting``).
+With ``--containers`` the trainer image is built (``make images``, cached) and every worker runs in a
+container of it (the pod runner's container mode, its own cluster ``llmjob-demo-containers``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl
 
 CLUSTER = "llmjob-demo-train"
+CONTAINERS_CLUSTER = "llmjob-demo-containers"  # a cluster keeps its runner's mode: one of its own
 JOB = "llama-demo"
 NAMESPACE = "demo"
 PV = "demo-shared"
@@ -77,11 +80,17 @@ def _worker(kube: Kubectl, index: int) -> dict[str, Any] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the story; returns the exit code."""
-    cluster = LocalCluster(CLUSTER)
-    print(
-        f">> 1/6 local cluster `{CLUSTER}`: 3 fake p5.48xlarge nodes whose pods run as processes", flush=True
-    )
-    cluster.up(gpu_nodes=3, cpu_nodes=1, run_pods=True)
+    containers = bool(getattr(args, "containers", False))
+    name = CONTAINERS_CLUSTER if containers else CLUSTER
+    if containers:
+        from llm_testbed.images import build
+
+        print(">> 0/6 the trainer image (make images: built once, then cached)", flush=True)
+        args.trainer_image = build.ensure(["trainer"])["trainer"]
+    cluster = LocalCluster(name)
+    where = f"containers of {args.trainer_image}" if containers else "processes"
+    print(f">> 1/6 local cluster `{name}`: 3 fake p5.48xlarge nodes whose pods run as {where}", flush=True)
+    cluster.up(gpu_nodes=3, cpu_nodes=1, run_pods=True, containers=containers)
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     log = cluster.logs_dir / "demo-operator.log"
     print(f">> 2/6 operator: llmjob operator --all-namespaces (log: {log})", flush=True)
@@ -96,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stop_operator(operator)
         if args.keep:
-            print(f">> kept: export KUBECONFIG={cluster.kubeconfig}; `llmjob cluster down --name {CLUSTER}`")
+            print(f">> kept: export KUBECONFIG={cluster.kubeconfig}; `llmjob cluster down --name {name}`")
         else:
             print(">> tearing down the demo cluster (use --keep to keep it)", flush=True)
             cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--wait=true", check=False)
@@ -126,6 +135,12 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
         f">> 4/6 apply LLMTrainingJob {JOB}: tiny Llama, min 2, max 3, etcd-v3, recovery {recovery}, "
         "checkpoint every 10 steps"
     )
+    image = getattr(args, "trainer_image", None)
+    if image:
+        from llm_testbed.images.podman import Podman
+
+        user = str(Podman.of_cache().inspect(image)["Config"].get("User") or "0")
+        job = training.in_image(job, image, int(user.split(":")[0]))
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
     tl.mark("job applied")
     first = progress.steps_at("the first steps at world size 3", 3, 1, 0.0)
@@ -143,7 +158,8 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
     resumed = progress.steps_at("the survivors to resume at world size 2", 2, 1, before["time"])
     if recovery == "inProcess":
         same = set(resumed.get("pids") or []) <= set(before.get("pids") or [])
-        how = f"same processes {sorted(resumed.get('pids') or [])}" if same else "new processes"
+        pids = "PIDs in their containers" if getattr(args, "containers", False) else "PIDs"
+        how = f"same processes ({pids} {sorted(resumed.get('pids') or [])})" if same else "new processes"
         tl.mark("survivors went on at world size 2", f"{time.monotonic() - t_lost:.1f}s; {how}")
     else:
         tl.mark(

@@ -139,6 +139,17 @@ def training_job(
     return job
 
 
+def in_image(job: dict[str, Any], image: str, fs_group: int) -> dict[str, Any]:
+    """``job`` with its workers in containers of ``image`` (the pod runner's container mode runs a pod
+    whose image `make images` built in a container of it). The shared volume goes to the group
+    ``fs_group`` (the pod's ``securityContext.fsGroup``), so the image's non-root user can write it."""
+    out = copy.deepcopy(job)
+    out["spec"]["image"] = image
+    template = out["spec"].setdefault("podTemplate", {}).setdefault("spec", {})
+    template.setdefault("securityContext", {})["fsGroup"] = fs_group
+    return out
+
+
 def metrics_path(volume: Path) -> Path:
     """Rank 0's ``metrics.jsonl`` of the example job (its checkpoint directory)."""
     return volume / CHECKPOINT_SUBDIR / "metrics.jsonl"

@@ -152,19 +152,31 @@ def peered_operator(
         proc.stop()
 
 
-@pytest.fixture
-def train(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[Training]:
-    """A namespace with a shared volume of prepared data and the operator started as the README does."""
+def _training(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Training]:
     env = {"LLMJOB_PROGRESS_SECONDS": str(PROGRESS_SECONDS)}
-    operator = PeeredOperatorProcess(process_namespace, tmp_path, ["--namespace", process_namespace], [], env)
-    world = Training(process_cluster, process_namespace, operator)
+    operator = PeeredOperatorProcess(namespace, tmp_path, ["--namespace", namespace], [], env)
+    world = Training(cluster, namespace, operator)
     world.setup_volume()
     operator.start()
     try:
         yield world
     finally:
-        process_cluster.kubectl("delete", "llmtrainingjob", "--all", "-n", process_namespace,
-                                "--wait=true", "--timeout=60s", check=False)  # fmt: skip
+        cluster.kubectl("delete", "llmtrainingjob", "--all", "-n", namespace,
+                        "--wait=true", "--timeout=60s", check=False)  # fmt: skip
         operator.stop()
-        process_cluster.kubectl("delete", "pv", world.pv, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", world.pv, "--wait=false", check=False)
         shutil.rmtree(world.volume, ignore_errors=True)
+
+
+@pytest.fixture
+def train(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[Training]:
+    """A namespace with a shared volume of prepared data and the operator started as the README does."""
+    yield from _training(process_cluster, process_namespace, tmp_path)
+
+
+@pytest.fixture
+def container_train(
+    container_cluster: LocalCluster, container_namespace: str, tmp_path: Path
+) -> Iterator[Training]:
+    """``train`` on the container-mode cluster: workers of a built image run in containers of it."""
+    yield from _training(container_cluster, container_namespace, tmp_path)

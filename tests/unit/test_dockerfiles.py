@@ -188,7 +188,8 @@ def test_trainer_pins_are_documented() -> None:
 
 @pytest.mark.parametrize("dockerfile", [OPERATOR, TRAINER], ids=["operator", "trainer"])
 def test_build_context_has_what_copy_needs(dockerfile: Path) -> None:
-    """COPY sources exist, are let through the Dockerfile's .dockerignore, and include pyproject's readme."""
+    """COPY and context bind-mount sources exist, are let through the Dockerfile's .dockerignore, and
+    include pyproject's readme."""
     df = parse(dockerfile)
     ignore = dockerfile.with_name("Dockerfile.dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
@@ -199,6 +200,13 @@ def test_build_context_has_what_copy_needs(dockerfile: Path) -> None:
             if args.startswith("--from"):
                 continue
             sources.update(p.rstrip("/") for p in args.split()[:-1])
+        for args in stage.text("RUN"):
+            mounts = re.findall(r"--mount=(\S+)", args)
+            sources.update(
+                m.group(1).rstrip("/")
+                for spec in mounts
+                if "from=" not in spec and (m := re.search(r"source=([^,]+)", spec))
+            )
     readme = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["readme"]
     assert readme in sources, "setuptools reads the readme while building the wheel"
     assert sources <= allowed, f"ignored by Dockerfile.dockerignore: {sources - allowed}"

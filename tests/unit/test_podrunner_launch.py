@@ -127,3 +127,23 @@ def test_namespace_check_passes_where_namespaces_work() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def test_in_image_the_launcher_only_execs_the_podman_argv(tmp_path: Path) -> None:
+    """Container mode: no namespaces or mounts of the launcher's own; the argv (podman run) runs with the
+    plan's env and keeps the launcher's PID."""
+    script = "import os, socket; print(os.getpid(), os.environ.get('ONLY_HERE'), socket.gethostname())"
+    plan = ContainerPlan(
+        name="c", argv=[sys.executable, "-c", script], env={"ONLY_HERE": "yes"}, cwd=None,
+        hostname="never-set", hosts_file="/nonexistent", in_image=True,
+    )  # fmt: skip
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_json()))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_testbed.podrunner.launch", str(plan_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    pid, only_here, host = out.split()
+    assert (int(pid), only_here) == (proc.pid, "yes") and host != "never-set"

@@ -55,7 +55,10 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         kubeconfig = kind.up(args.name, args.nodes, args.cpu_nodes, kubectl, crds)
     else:
         cluster = LocalCluster(args.name)
-        cluster.up(args.nodes, args.cpu_nodes, port=args.port, crds_dir=crds, run_pods=args.run_pods)
+        if args.containers and not args.run_pods:
+            raise LocalClusterError("--containers runs pods in containers: it needs --run-pods")
+        cluster.up(args.nodes, args.cpu_nodes, port=args.port, crds_dir=crds, run_pods=args.run_pods,
+                   containers=args.containers)  # fmt: skip
         kubeconfig = cluster.kubeconfig
     print(f"kubeconfig: {kubeconfig}")
     print(f"export KUBECONFIG={kubeconfig}")
@@ -219,6 +222,11 @@ def _register_cluster(subparsers: Any) -> None:
         "--run-pods",
         action="store_true",
         help="run the pods for real as local processes (the local pod runner) instead of faking them",
+    )
+    up.add_argument(
+        "--containers",
+        action="store_true",
+        help="with --run-pods: pods whose images `make images` built run in containers (podman + runc)",
     )
     up.add_argument(
         "--kind",

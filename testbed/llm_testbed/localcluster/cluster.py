@@ -190,12 +190,14 @@ class LocalCluster:
         crds_dir: Path | None = None,
         run_pods: bool = False,
         audit_policy: Path | None = None,
+        containers: bool = False,
     ) -> bool:
         """Start (or resume) the cluster, add the nodes if it has none, install CRDs.
 
         With ``run_pods`` the cluster's pods run for real as local processes (the local pod runner,
         started here and stopped by :meth:`down`); a cluster keeps the mode it was created with.
         ``audit_policy``: kube-apiserver audits by this policy into :attr:`audit_log` (new clusters only).
+        ``containers``: the runner's container mode (pods of locally built images run in containers).
         Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
         """
         started = time.monotonic()
@@ -223,7 +225,7 @@ class LocalCluster:
         self.wait_default_service_account()
         if run_pods:
             pid = podrunner.start(
-                self.name, self.kubeconfig, self.podrunner_dir, {"etcd": self.tools["etcd"]}
+                self.name, self.kubeconfig, self.podrunner_dir, {"etcd": self.tools["etcd"]}, containers
             )
             say(f"local pod runner (pid {pid}) runs the pods; container logs under {self.podrunner_dir}/logs")
         say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")

@@ -14,5 +14,10 @@ and honours deletion, grace periods and node loss. Modules, one job each:
 - :mod:`.status`  pod status documents (pure)
 - :mod:`.launch`  the in-namespace launcher every container starts through
 - :mod:`.process` starting, signalling and killing one container's process tree
+- :mod:`.probes`  readiness probes (named ports resolved); :mod:`.serviceenv` the env pods get
+- :mod:`.apiservice` ``kubernetes.default.svc:443`` forwarded to the API server
+- container mode (``--containers``): :mod:`.incontainer` a pod container as ``podman run`` argv and
+  :mod:`.security` its security context (pure); :mod:`.containers` podman look-ups, volume ownership and
+  removal; :mod:`.containermode` what the runner asks of it
 - :mod:`.runner`  the watch loop; :mod:`.daemon` starts/stops it for ``llmjob cluster up/down``
 """

@@ -1,4 +1,5 @@
-"""``python -m llm_testbed.podrunner --kubeconfig K --state-dir D --cluster NAME [--program etcd=PATH]``.
+"""``python -m llm_testbed.podrunner --kubeconfig K --state-dir D --cluster NAME [--program etcd=PATH]
+[--containers]``.
 
 Started in the background by ``llmjob cluster up --run-pods`` (see :mod:`.daemon`); runs until SIGTERM,
 then kills every pod process it started.
@@ -30,10 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--program", type=_program, action="append", default=[],
                         help="image command -> local binary, e.g. etcd=/path/to/etcd")  # fmt: skip
+    parser.add_argument("--containers", action="store_true",
+                        help="container mode: pods whose images are in the local podman storage run in "
+                        "containers of them (podman + runc)")  # fmt: skip
     args = parser.parse_args(argv)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     try:
-        asyncio.run(serve(args.kubeconfig, args.state_dir, args.cluster, dict(args.program)))
+        asyncio.run(serve(args.kubeconfig, args.state_dir, args.cluster, dict(args.program), args.containers))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from llm_testbed.localcluster.errors import LocalClusterError
-from llm_testbed.podrunner import files, process
+from llm_testbed.podrunner import containers, files, process
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
+CONTAINERS_MARK = "containers"  # in the state dir: the runner runs in container mode
 
 
 def _pid(state_dir: Path) -> int | None:
@@ -37,19 +38,34 @@ def alive(state_dir: Path) -> bool:
     return True
 
 
-def start(cluster: str, kubeconfig: Path, state_dir: Path, programs: Mapping[str, Path]) -> int:
-    """Start the runner unless it runs; return its PID once it acts for the cluster's pods."""
+def start(
+    cluster: str, kubeconfig: Path, state_dir: Path, programs: Mapping[str, Path], containers: bool = False
+) -> int:
+    """Start the runner unless it runs; return its PID once it acts for the cluster's pods.
+
+    ``containers``: container mode (:mod:`.containermode`); a runner started again keeps the mode.
+    """
+    mark = state_dir / CONTAINERS_MARK
     if alive(state_dir):
         pid = _pid(state_dir)
         assert pid is not None
+        if containers and not mark.is_file():
+            raise LocalClusterError(
+                f"the pod runner of {cluster} runs in process mode: "
+                f"`llmjob cluster down --name {cluster}` first to start it with --containers"
+            )
         return pid
     check_namespaces()
     state_dir.mkdir(parents=True, exist_ok=True)
+    if containers:
+        mark.write_text("pods of locally built images run in containers\n")
     (state_dir / "ready").unlink(missing_ok=True)
     argv = [sys.executable, "-m", "llm_testbed.podrunner", "--kubeconfig", str(kubeconfig),
             "--state-dir", str(state_dir), "--cluster", cluster]  # fmt: skip
     for name, path in programs.items():
         argv += ["--program", f"{name}={path}"]
+    if mark.is_file():
+        argv.append("--containers")
     with (state_dir / "runner.log").open("ab") as log:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
@@ -103,7 +119,8 @@ def stop(cluster: str, state_dir: Path) -> bool:
         for child in base.iterdir():
             if child.is_dir():
                 process.kill_cgroup(child)
-        with contextlib.suppress(OSError):
-            base.rmdir()
+        process.remove_cgroup(base)
     shutil.rmtree(files.shm_dir(cluster), ignore_errors=True)
+    if (state_dir / CONTAINERS_MARK).is_file():  # a runner killed hard leaves its containers
+        containers.remove_all(cluster)
     return stopped

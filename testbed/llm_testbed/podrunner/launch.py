@@ -5,6 +5,7 @@ private mount and UTS namespace (``unshare(CLONE_NEWNS | CLONE_NEWUTS)``: root, 
 where unprivileged ones are allowed), bind-mounts the pod's volumes at their mountPaths and the pod's
 hosts file over ``/etc/hosts``, sets the pod's hostname, changes to ``workingDir`` and ``exec``s the
 command: the container's main process keeps this PID. Nothing here is visible outside the pod.
+In container mode (``in_image``) it joins the cgroups and ``exec``s ``podman run`` instead.
 Failures print one line and exit 127 (the runner reports it as the container's exit code).
 """
 
@@ -98,6 +99,8 @@ def join_cgroup(cgroup: str | None) -> None:
 def run(plan: dict[str, Any]) -> None:
     join_cgroup(plan.get("cgroup"))
     join_cgroup(plan.get("cpu_cgroup"))
+    if plan.get("in_image"):  # podman makes the container: namespaces, mounts, hostname, user
+        os.execvpe(plan["argv"][0], plan["argv"], plan["env"])  # noqa: S606 - an argv list
     enter_namespaces()
     for m in plan["mounts"]:
         if m.get("tmpfs_bytes"):

@@ -99,9 +99,12 @@ def service_addresses(service: Mapping[str, Any], pods: Iterable[PodEntry]) -> l
     return [p.ip for p in (chosen if headless else chosen[:1])]
 
 
-def hosts_text(me: PodEntry, pods: Iterable[PodEntry], services: Iterable[Mapping[str, Any]]) -> str:
+def hosts_text(
+    me: PodEntry, pods: Iterable[PodEntry], services: Iterable[Mapping[str, Any]], extra: Iterable[str] = ()
+) -> str:
+    """The pod's hosts file; ``extra``: lines of the runner's own (the API server's Service)."""
     pods = list(pods)
-    lines = ["# written by the llmjob local pod runner"]
+    lines = ["# written by the llmjob local pod runner", *extra]
     own = [*pod_names(me), me.hostname]
     if me.name != me.hostname:
         own.append(me.name)

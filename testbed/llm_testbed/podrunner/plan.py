@@ -46,6 +46,9 @@ class ContainerPlan:
     cgroup: str | None = None
     cpu_cgroup: str | None = None
     """A cgroup v1 cpu group to join as well (CPU quota of a node's cpu fault), when v2 has no cpu."""
+    in_image: bool = False
+    """``argv`` runs the pod's image itself (``podman run``, :mod:`.incontainer`): the launcher only
+    joins the cgroups and ``exec``s it; no namespaces or mounts of its own."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class ContainerPlan:
             ],
             "cgroup": self.cgroup,
             "cpu_cgroup": self.cpu_cgroup,
+            "in_image": self.in_image,
         }
 
 

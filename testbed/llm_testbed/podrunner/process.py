@@ -52,6 +52,15 @@ def cgroup_base(cluster: str) -> Path | None:
     return base
 
 
+def cgroup_parent(path: Path | None) -> str | None:
+    """A container cgroup as podman's ``--cgroup-parent`` names it: its path from the hierarchy's root
+    (the same path in the cgroup v1 hierarchies, so a v1 CPU quota of that group covers it as well)."""
+    root = cgroup2_root()
+    if path is None or root is None or not path.is_relative_to(root):
+        return None
+    return "/" + str(path.relative_to(root))
+
+
 @dataclass(frozen=True)
 class CpuGroups:
     """Where the containers' CPU quotas are set (a node's cpu fault): cgroup v2 (``cpu.max`` in each
@@ -126,8 +135,33 @@ def kill_cgroup(path: Path) -> None:
         except OSError:
             break
         time.sleep(0.01)
-    with contextlib.suppress(OSError):
-        path.rmdir()
+    remove_cgroup(path)
+
+
+def cgroup_mounts() -> list[Path]:
+    """Every cgroup hierarchy of this machine (v1 controllers and v2)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    return [
+        Path(p[1]) for p in (line.split() for line in mounts) if len(p) > 2 and p[2] in ("cgroup", "cgroup2")
+    ]
+
+
+def remove_cgroup(path: Path) -> None:
+    """Remove an empty cgroup with the groups under it (podman's ``libpod-<id>`` and ``conmon`` groups of
+    a container started below it), here and at the same path in every other hierarchy (podman makes
+    them in each v1 controller). What still holds a process stays."""
+    root = cgroup2_root()
+    relative = path.relative_to(root) if root is not None and path.is_relative_to(root) else None
+    mirrors = [m / relative for m in cgroup_mounts()] if relative is not None else [path]
+    for top in {path, *mirrors}:
+        if not top.is_dir():
+            continue
+        for folder, _, _ in sorted(os.walk(top), key=lambda w: -len(Path(w[0]).parts)):
+            with contextlib.suppress(OSError):
+                Path(folder).rmdir()
 
 
 def descendants(pid: int) -> list[int]:

@@ -25,7 +25,6 @@ import shutil
 import signal
 import sys
 import traceback
-import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,17 +34,21 @@ import aiohttp
 
 from llm_testbed.localcluster import marks
 from llm_testbed.podrunner import (
+    apiservice,
     apivolumes,
     faults,
     files,
     initcontainers,
     network,
     plan,
+    probes,
     process,
     projected,
+    serviceenv,
     status,
     volumes,
 )
+from llm_testbed.podrunner.containermode import ContainerMode
 from llm_testbed.podrunner.kube import ApiError, Kube
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 20.0)
@@ -123,8 +126,11 @@ class Runner:
         cluster: str,
         programs: Mapping[str, str],
         base_env: Mapping[str, str],
+        containers: ContainerMode | None = None,
     ) -> None:
         self.kube = kube
+        self.containers = containers  # container mode: pods whose images we have run in them
+        self.api_ip: str | None = None  # where kubernetes.default.svc:443 answers (apiservice)
         self.state_dir = state_dir
         self.cluster = cluster
         self.programs = dict(programs)
@@ -329,6 +335,8 @@ class Runner:
                 for task in run.tasks.values():
                     task.cancel()
                 self._cleanup(run)
+                if self.containers is not None:
+                    self.spawn(self.containers.forget(uid), f"{run.key}: removing its containers")
                 say(f"{run.key}: pod object removed")
             self.refresh_hosts()
             return
@@ -404,6 +412,7 @@ class Runner:
             self.refresh_hosts()
             specs = {c.name: initcontainers.spec_of(pod, c.name) for c in run.every_container}
             read_only = volumes.read_only(pod)
+            plans: dict[str, plan.ContainerPlan] = {}
             for c in run.every_container:
                 cg = self.cgroups / f"{uid}-{c.name}" if self.cgroups else None
                 cplan = plan.container_plan(
@@ -427,7 +436,12 @@ class Runner:
                 )
                 if node_faults.any:
                     say(f"{run.key}: node {run.node} faults for {c.name}: {node_faults}")
-                (pod_dir / f"{c.name}.json").write_text(json.dumps(cplan.to_json()))
+                plans[c.name] = cplan
+            if self.containers is not None:
+                plans = await self.containers.plans(pod, plans, specs, volume_dirs=vols, pod_dir=pod_dir,
+                                                    pod_ip=ip, host_ip=run.host_ip, say=say)  # fmt: skip
+            for name, cplan in plans.items():
+                (pod_dir / f"{name}.json").write_text(json.dumps(cplan.to_json()))
         except plan.PlanError as exc:
             for c in run.every_container:
                 c.waiting_reason, c.waiting_message = "CreateContainerConfigError", str(exc)
@@ -502,7 +516,7 @@ class Runner:
                 proc.kill_tree()  # deleted, lost or failed on purpose while it was being started
             c.pid, c.started_at, c.exit_code, c.finished_at = pid, status.now(), None, None
             c.waiting_reason, c.waiting_message = None, ""
-            probe = spec.get("readinessProbe") or {}
+            probe = probes.numbered(spec.get("readinessProbe") or {}, spec)
             c.ready = not ("tcpSocket" in probe or "httpGet" in probe)
             say(f"{run.key}: container {c.name} started, pid {pid}, log {log}")
             run.started.setdefault(c.name, asyncio.Event()).set()
@@ -513,6 +527,8 @@ class Runner:
             if run.injected_exit is not None:
                 code = run.injected_exit
             proc.kill_tree()  # whatever the main process left behind
+            if self.containers is not None:
+                await self.containers.release(run.uid, c.name)
             c.message = self._termination_message(run, spec, code, log)
             c.exit_code, c.finished_at, c.ready = code, status.now(), False
             say(f"{run.key}: container {c.name} exited with code {code}")
@@ -557,7 +573,7 @@ class Runner:
         period = float(probe.get("periodSeconds", 10))
         await asyncio.sleep(float(probe.get("initialDelaySeconds", 0)))
         while run.procs.get(c.name) is proc and c.exit_code is None and not run.deleting and not run.lost:
-            if await _probe_once(run.ip, probe):
+            if await probes.probe_once(run.ip, probe):
                 c.ready = True
                 say(f"{run.key}: container {c.name} ready")
                 await self.write_status(run)
@@ -684,7 +700,13 @@ class Runner:
         for run in live:
             hosts = self._pod_dir(run.uid) / "hosts"
             if hosts.parent.is_dir():
-                files.write_in_place(hosts, network.hosts_text(entries[run.uid], entries.values(), services))
+                api = (
+                    [apiservice.hosts_line(self.api_ip, run.pod["metadata"]["namespace"])]
+                    if self.api_ip
+                    else []
+                )
+                text = network.hosts_text(entries[run.uid], entries.values(), services, api)
+                files.write_in_place(hosts, text)
 
     # ------------------------------------------------------------------ shutdown
     def stop_all(self) -> None:
@@ -692,12 +714,13 @@ class Runner:
             for proc in run.procs.values():
                 proc.kill_tree()
             self._cleanup(run)
+        if self.containers is not None:
+            self.containers.remove_all()
         if self.cgroups is not None:
             for child in self.cgroups.iterdir() if self.cgroups.is_dir() else []:
                 if child.is_dir():
                     process.kill_cgroup(child)
-            with contextlib.suppress(OSError):
-                self.cgroups.rmdir()
+            process.remove_cgroup(self.cgroups)
         if self.cpu is not None and not self.cpu.v2 and self.cpu.base.is_dir():
             for child in self.cpu.base.iterdir():
                 if child.is_dir():
@@ -717,58 +740,25 @@ async def _finish(tasks: Iterable[asyncio.Task[None]]) -> None:
             await task
 
 
-async def _probe_once(ip: str, probe: Mapping[str, Any]) -> bool:
-    try:
-        if "tcpSocket" in probe:
-            port = int(probe["tcpSocket"]["port"])
-            _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout=1.0)
-            writer.close()
-            return True
-        get = probe["httpGet"]
-        port = int(get["port"])
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout=1.0)
-        writer.write(f"GET {get.get('path', '/')} HTTP/1.0\r\nHost: {ip}\r\n\r\n".encode())
-        await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout=1.0)
-        writer.close()
-        parts = line.split()
-        return len(parts) >= 2 and parts[1][:1] in (b"2", b"3")
-    except (TimeoutError, OSError, ValueError, KeyError):
-        return False
-
-
 def _key(obj: Mapping[str, Any]) -> str:
     return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
 
 
-def base_env() -> dict[str, str]:
-    """What every container starts with (its own ``env`` comes on top)."""
-    venv_bin = str(Path(sys.executable).parent)
-    env = {"PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-    for name in ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
-
-
-def api_service_env(server: str) -> dict[str, str]:
-    """``KUBERNETES_SERVICE_HOST``/``_PORT`` as a kubelet sets them, pointing at the apiserver itself
-    (the ``kubernetes`` Service's ClusterIP is not routed here): in-cluster clients work in a pod."""
-    url = urllib.parse.urlsplit(server)
-    port = str(url.port or 443)
-    host = url.hostname or ""
-    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
-            "KUBERNETES_SERVICE_PORT_HTTPS": port}  # fmt: skip
-
-
-async def serve(kubeconfig: Path, state_dir: Path, cluster: str, programs: Mapping[str, str]) -> None:
+async def serve(
+    kubeconfig: Path, state_dir: Path, cluster: str, programs: Mapping[str, str], containers: bool = False
+) -> None:
+    """Act for the cluster's pods until SIGTERM; ``containers``: container mode (:mod:`.containermode`)."""
     kube = await Kube.connect(kubeconfig)
-    env = base_env()
+    api = serviceenv.api_service_env(kube.server)
+    mode = ContainerMode(cluster, api, state_dir / "site") if containers else None
+    env = serviceenv.base_env()
     site = str(state_dir / "site")
     pythonpath = os.environ.get("PYTHONPATH")
     env["PYTHONPATH"] = f"{site}:{pythonpath}" if pythonpath else site
-    env.update(api_service_env(kube.server))
-    runner = Runner(kube, state_dir, cluster, programs, env)
+    env.update(api)
+    runner = Runner(kube, state_dir, cluster, programs, env, mode)
+    service = apiservice.ApiService(api["KUBERNETES_SERVICE_HOST"], int(api["KUBERNETES_SERVICE_PORT"]))
+    runner.api_ip = await service.start(say)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -788,5 +778,6 @@ async def serve(kubeconfig: Path, state_dir: Path, cluster: str, programs: Mappi
         main.cancel()
         stopper.cancel()
         runner.stop_all()
+        service.close()
         say("stopped: every pod process killed")
         await kube.close()
