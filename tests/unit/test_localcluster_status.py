@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from llm_testbed.localcluster import nodes
+from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kwokctl import readable
 from llm_testbed.localcluster.status import ClusterStatus, summarize_node
 
@@ -36,3 +38,18 @@ def test_kwokctl_log_lines_are_made_readable() -> None:
     warn = json.dumps({"level": "WARN", "msg": "Cluster is not served yet", "err": "deadline"})
     assert readable(warn) == "WARN: Cluster is not served yet: deadline"
     assert readable("plain text\n") == "plain text"
+
+
+def test_a_cluster_stays_where_it_was_named_when_the_cache_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control-plane supervisor's thread reads a cluster's pid files while other tests run: a test that
+    points LLMJOB_CACHE_DIR elsewhere must not make it look in (and start components from) another folder."""
+    monkeypatch.setenv("LLMJOB_CACHE_DIR", str(tmp_path / "first"))
+    cluster = LocalCluster("pinned", tool_paths={"kubectl": Path("/bin/true")})
+    monkeypatch.setenv("LLMJOB_CACHE_DIR", str(tmp_path / "second"))
+    first = tmp_path / "first" / "kwok"
+    assert cluster.workdir == first / "clusters" / "pinned"
+    assert cluster.logs_dir.parent == cluster.kubeconfig.parent == cluster.workdir
+    assert cluster.config_path.parent == first / "configs"
+    assert cluster._kwokctl.env()["KWOK_WORKDIR"] == str(first)

@@ -86,6 +86,9 @@ class LocalCluster:
     def __init__(self, name: str = DEFAULT_NAME, tool_paths: dict[str, Path] | None = None) -> None:
         self.name = validate_name(name)
         self._tools = tool_paths
+        # Where it lives is fixed when it is named: a thread that watches it (the control-plane supervisor)
+        # must not follow a later change of LLMJOB_CACHE_DIR (a test's monkeypatch) to another folder.
+        self._kwok_root = kwokctl.workdir()
 
     # ------------------------------------------------------------------ where things are
     @property
@@ -97,7 +100,7 @@ class LocalCluster:
 
     @property
     def workdir(self) -> Path:
-        return kwokctl.workdir() / "clusters" / self.name
+        return self._kwok_root / "clusters" / self.name
 
     @property
     def kubeconfig(self) -> Path:
@@ -114,16 +117,16 @@ class LocalCluster:
 
     @property
     def config_path(self) -> Path:
-        return kwokctl.workdir() / "configs" / f"{self.name}.yaml"
+        return self._kwok_root / "configs" / f"{self.name}.yaml"
 
     @property
     def failed_logs_dir(self) -> Path:
         """Where the logs of a cluster that failed to start are kept (its own folder is removed)."""
-        return kwokctl.workdir() / "configs" / f"{self.name}.failed-logs"
+        return self._kwok_root / "configs" / f"{self.name}.failed-logs"
 
     @property
     def _kwokctl(self) -> Kwokctl:
-        return Kwokctl(self.name, self.tools)
+        return Kwokctl(self.name, self.tools, self._kwok_root)
 
     @property
     def kube(self) -> Kubectl:
@@ -212,9 +215,7 @@ class LocalCluster:
             say(f"cluster {self.name} is already running")
             fresh = False
         else:
-            with locked(
-                kwokctl.workdir() / ".start.lock", lambda: say("another cluster is starting; waiting")
-            ):
+            with locked(self._kwok_root / ".start.lock", lambda: say("another cluster is starting; waiting")):
                 self._start(port, run_pods, audit_policy)
             fresh = True
         if not self.kube.items("nodes"):
@@ -241,7 +242,7 @@ class LocalCluster:
                     f"port {port} on 127.0.0.1 is not free for kube-apiserver: "
                     "pick another with --port, or leave it out for a free one"
                 )
-            others = [kwokctl.workdir() / "clusters" / n for n in cluster_names() if n != self.name]
+            others = [self._kwok_root / "clusters" / n for n in cluster_names() if n != self.name]
             chosen = ports.pick(
                 ports.PORT_OPTIONS,
                 taken=ports.claimed_ports(others),

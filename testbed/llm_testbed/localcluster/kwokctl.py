@@ -22,21 +22,23 @@ def workdir() -> Path:
 
 
 class Kwokctl:
-    """kwokctl bound to one cluster name and our binaries (``tools``: name -> path)."""
+    """kwokctl bound to one cluster name, our binaries (``tools``: name -> path) and a ``KWOK_WORKDIR``
+    (``root``; default :func:`workdir` now)."""
 
-    def __init__(self, name: str, tools: dict[str, Path]) -> None:
+    def __init__(self, name: str, tools: dict[str, Path], root: Path | None = None) -> None:
         self.name = name
         self.tools = tools
+        self.root = root if root is not None else workdir()
 
     @property
     def log_path(self) -> Path:
-        return workdir() / "configs" / f"{self.name}.kwokctl.log"
+        return self.root / "configs" / f"{self.name}.kwokctl.log"
 
     def env(self) -> dict[str, str]:
         kubectl = self.tools["kubectl"]
         return {
             **os.environ,
-            "KWOK_WORKDIR": str(workdir()),
+            "KWOK_WORKDIR": str(self.root),
             "KWOK_RUNTIME": "binary",
             "KWOK_KUBECTL_BINARY": str(kubectl),
             # kwokctl runs the first `kubectl` on PATH: make it ours, not a system one of another version
