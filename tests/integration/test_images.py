@@ -161,7 +161,9 @@ def test_trainer_image_imports_the_trainer_as_its_user_on_a_read_only_root(
     assert uid != 0
     worker = ["--read-only", "--read-only-tmpfs=false", "--cap-drop", "ALL", "--cap-add", "IPC_LOCK"]
     worker += ["--security-opt", "no-new-privileges", "--shm-size", "256m"]
-    script = "import os, torch, llm_elastic, llm_trainer; print(os.getuid(), torch.__version__)"
+    # prometheus_client: every worker's metrics endpoint (without it a worker serves none, silently).
+    modules = "os, torch, llm_elastic, llm_trainer, prometheus_client"
+    script = f"import {modules}; print(os.getuid(), torch.__version__)"
     proc = containers.run(images["trainer"], "python", "-c", script, flags=worker)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got_uid, torch_version = proc.stdout.split()
