@@ -123,7 +123,9 @@ def test_operator_serves_its_probes_under_the_charts_security_context(
     (kube / "config").chmod(0o644)
     extra = ["-v", f"{kube}:/kube:ro", "--env", "KUBECONFIG=/kube/config", "--env", "POD_ID=ship-operator-0"]
     name = f"llmjob-test-operator-{os.getpid()}"
-    containers.start(name, images["operator"], *args, flags=[*pod_flags(spec, container), *entry, *extra])
+    user = containers.podman.inspect(images["operator"])["Config"].get("User", "")
+    flags = [*pod_flags(spec, container, user), *entry, *extra]
+    containers.start(name, images["operator"], *args, flags=flags)
 
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
 

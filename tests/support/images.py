@@ -4,9 +4,10 @@
 machine builds (many minutes), later ones find every image in the cache and return at once. A failure
 fails the test with the builder's own message and log tail, never a skip.
 
-``pod_flags(pod_spec, container)`` turns the parts of a rendered pod spec that decide how a process may
-behave into ``podman run`` flags: user and group, read-only root file system, capabilities, no privilege
-escalation, emptyDir volumes as size-limited tmpfs, literal env. What it does not cover it refuses, so
+``pod_flags(pod_spec, container, image_user)`` turns the parts of a rendered pod spec that decide how a
+process may behave into ``podman run`` flags: the security context through the pod runner's own translation
+(``llm_testbed.podrunner.security``: user and group, read-only root file system, capabilities, no privilege
+escalation...), emptyDir volumes as size-limited tmpfs, literal env. What it does not cover it refuses, so
 a chart change cannot be silently ignored by the test.
 """
 
@@ -21,9 +22,10 @@ from typing import Any
 
 import pytest
 from llm_testbed.images.podman import Podman, ulimit_flags
+from llm_testbed.podrunner.plan import byte_size
+from llm_testbed.podrunner.security import security_flags, security_of
 
 ROOT = Path(__file__).resolve().parents[2]
-_SIZE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
 
 def make_images() -> tuple[dict[str, str], str]:
@@ -41,34 +43,19 @@ def make_images() -> tuple[dict[str, str], str]:
     return refs, proc.stderr
 
 
-def _bytes(quantity: str) -> int:
-    for suffix, factor in _SIZE.items():
-        if quantity.endswith(suffix):
-            return int(quantity[: -len(suffix)]) * factor
-    return int(quantity)
-
-
-def pod_flags(pod_spec: dict[str, Any], container: dict[str, Any]) -> list[str]:
-    """``podman run`` flags for the container's security context, its emptyDir volumes and literal env."""
-    pod_ctx = pod_spec.get("securityContext") or {}
-    ctx = {**pod_ctx, **(container.get("securityContext") or {})}
-    flags: list[str] = []
-    if "runAsUser" in ctx:
-        flags += ["--user", f"{ctx['runAsUser']}:{ctx.get('runAsGroup', ctx['runAsUser'])}"]
-    if ctx.get("readOnlyRootFilesystem"):
-        flags += ["--read-only", "--read-only-tmpfs=false"]  # only the pod's own volumes are writable
-    caps = ctx.get("capabilities") or {}
-    flags += [f for cap in caps.get("drop", []) for f in ("--cap-drop", cap)]
-    flags += [f for cap in caps.get("add", []) for f in ("--cap-add", cap)]
-    if ctx.get("allowPrivilegeEscalation") is False:
-        flags += ["--security-opt", "no-new-privileges"]
+def pod_flags(pod_spec: dict[str, Any], container: dict[str, Any], image_user: str) -> list[str]:
+    """``podman run`` flags for the container's security context (the pod runner's own translation, as
+    its container mode runs a pod), its emptyDir volumes and literal env."""
+    name = str(container.get("name"))
+    flags = security_flags(security_of({"spec": pod_spec}, container), image_user, name)
     volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
         if set(volume) - {"name"} != {"emptyDir"}:
             raise AssertionError(f"pod_flags covers emptyDir volumes only, not {volume}")
         size = (volume["emptyDir"] or {}).get("sizeLimit")
-        options = "rw,mode=1777" + (f",size={_bytes(size)}" if size else "")
+        where = f"volume {mount['name']}: emptyDir.sizeLimit"
+        options = "rw,mode=1777" + (f",size={byte_size(where, str(size))}" if size else "")
         flags += ["--tmpfs", f"{mount['mountPath']}:{options}"]
     for env in container.get("env", []):
         if "value" in env:

@@ -14,10 +14,9 @@ from llm_testbed.podrunner.faults import (
     cpu_max,
     cpu_quota_us,
     node_faults,
-    parse_bytes,
     termination_message,
 )
-from llm_testbed.podrunner.plan import Mount, PlanError
+from llm_testbed.podrunner.plan import Mount, PlanError, byte_size
 
 POD: dict[str, Any] = {
     "spec": {
@@ -74,7 +73,7 @@ def test_apply_faults_touches_only_the_volumes_of_the_fault() -> None:
 def test_cpu_quota_and_sizes() -> None:
     assert (cpu_quota_us(None), cpu_quota_us(0.1), cpu_quota_us(0.001)) == (-1, 10000, 1000)
     assert (cpu_max(None), cpu_max(2)) == ("max 100000", "200000 100000")
-    assert (parse_bytes("1Mi"), parse_bytes("512k"), parse_bytes("7")) == (1 << 20, 512000, 7)
+    assert (byte_size("s", "1Mi"), byte_size("s", "512k"), byte_size("s", "7")) == (1 << 20, 512000, 7)
 
 
 def test_termination_message_file_first_then_log_tail_on_error() -> None:

@@ -14,16 +14,14 @@ mounts change. Each fault is real for the processes in the pod, not a hint in th
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_testbed.localcluster import marks
-from llm_testbed.podrunner.plan import Mount, PlanError
+from llm_testbed.podrunner.plan import Mount, PlanError, byte_size
 
 CPU_PERIOD_US = 100_000
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
 
 @dataclass(frozen=True)
@@ -37,14 +35,6 @@ class NodeFaults:
     @property
     def any(self) -> bool:
         return self.readonly_volumes or self.cpu_cores is not None or self.shm_bytes is not None
-
-
-def parse_bytes(text: str) -> int:
-    """A Kubernetes-style byte quantity (``1Mi``, ``512k``, ``1048576``)."""
-    match = re.fullmatch(r"\s*([0-9]+)\s*([kMG]i?|)\s*", text)
-    if match is None:
-        raise PlanError(f"not a byte quantity: {text!r} (e.g. 1Mi, 512Ki, 1048576)")
-    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def node_faults(node: Mapping[str, Any] | None) -> NodeFaults:
@@ -62,7 +52,7 @@ def node_faults(node: Mapping[str, Any] | None) -> NodeFaults:
     return NodeFaults(
         readonly_volumes=str(notes.get(marks.NODE_FAULT_READONLY, "")).lower() == "true",
         cpu_cores=cpu,
-        shm_bytes=parse_bytes(shm) if shm else None,
+        shm_bytes=byte_size(marks.NODE_FAULT_SHM, shm) if shm else None,
     )
 
 

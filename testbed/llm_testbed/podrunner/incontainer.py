@@ -23,13 +23,19 @@ and podman + runc run the pod's image. What goes into it, in Kubernetes terms:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llm_testbed.podrunner.expand import expand
-from llm_testbed.podrunner.plan import LOOPBACK_ALIASES, ContainerPlan, Mount, PlanError, container_env
+from llm_testbed.podrunner.plan import (
+    LOOPBACK_ALIASES,
+    ContainerPlan,
+    Mount,
+    PlanError,
+    byte_size,
+    container_env,
+)
 from llm_testbed.podrunner.security import security_flags, security_of
 
 SHM_PATH = "/dev/shm"
@@ -61,18 +67,6 @@ def image_argv(container: Mapping[str, Any], env: Mapping[str, str], pod_ip: str
     if command:
         return ImageArgv(command, args)  # the image's CMD is dropped even when args is empty
     return ImageArgv(None, args or None)
-
-
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-def byte_size(where: str, text: str) -> int:
-    """A resource quantity in bytes (``64Mi``, ``1.5Gi``, ``500M``, ``1048576``)."""
-    match = _QUANTITY.match(text.strip())
-    if match is None:
-        raise PlanError(f"{where}: {text!r} is not a byte quantity (e.g. 64Mi, 1Gi)")
-    return int(float(match.group(1)) * _UNITS.get(match.group(2) or "", 1))
 
 
 def shm_limit(pod: Mapping[str, Any], container: Mapping[str, Any]) -> int | None:

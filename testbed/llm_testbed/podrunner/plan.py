@@ -23,6 +23,18 @@ class PlanError(ValueError):
     """The pod asks for something the runner cannot do; the message names the field and the reason."""
 
 
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def byte_size(where: str, text: str) -> int:
+    """A resource quantity in bytes (``64Mi``, ``1.5Gi``, ``500M``, ``1048576``)."""
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise PlanError(f"{where}: {text!r} is not a byte quantity (e.g. 64Mi, 1Gi)")
+    return int(float(match.group(1)) * _UNITS.get(match.group(2) or "", 1))
+
+
 @dataclass(frozen=True)
 class Mount:
     source: str
