@@ -55,11 +55,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     child: subprocess.Popen[bytes] | None = None
-    stopping = False
+    stop_signal: int | None = None
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
+        nonlocal stop_signal
+        stop_signal = signum
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
@@ -67,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, forward)
     restarts = 0
     while True:
+        if stop_signal is not None:  # told to stop before (or between) starts: start nothing more
+            return 128 + stop_signal
         env = dict(os.environ, **{PROCESS_RESTARTS_ENV: str(restarts)})
         try:
             child = subprocess.Popen(args.program, env=env)
@@ -76,8 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 127
+        if stop_signal is not None:  # the signal came while the child was being started
+            child.send_signal(stop_signal)
         code = child.wait()
-        if stopping or not should_restart(code) or restarts >= args.max_restarts:
+        if stop_signal is not None or not should_restart(code) or restarts >= args.max_restarts:
             return code if code >= 0 else 128 - code
         restarts += 1
         event = {"event": "process-restarted", "time": time.time(), "exit_code": code, "restarts": restarts}

@@ -5,6 +5,7 @@ reach an internal module only where it measures that part itself, listed below w
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,3 +87,14 @@ def test_the_check_catches_an_internal_module_and_a_private_name() -> None:
 def test_every_public_name_exists() -> None:
     missing = [name for name in llm_elastic.__all__ if not hasattr(llm_elastic, name)]
     assert not missing
+
+
+def test_every_public_name_resolves_from_the_module_the_package_names_for_it() -> None:
+    """``llm_elastic`` resolves its names on first use: ``__all__``, the table of homes and the typed imports
+    for checkers must name the same set, and each name must come from its home."""
+    tree = ast.parse(Path(llm_elastic.__file__).read_text())
+    typed = {name for _, _, name in imports(tree) if name is not None}
+    homes = llm_elastic._HOME
+    assert set(llm_elastic.__all__) == set(homes) == typed
+    for name, home in homes.items():
+        assert getattr(llm_elastic, name) is getattr(importlib.import_module(home), name), name

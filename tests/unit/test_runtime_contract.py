@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, read_contract
 from llm_elastic.errors import ContractError
 from llm_elastic.supervise import should_restart
+from support.wait import wait_for
 
 LIVE = {
     "LLMJOB_LIVE_ETCD": "rdzv:2379",
@@ -101,3 +103,42 @@ def test_the_supervisor_without_a_program_is_a_usage_error() -> None:
         [sys.executable, "-m", "llm_elastic.supervise", "--"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "no program given" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_supervisor_loads_only_what_it_needs_so_its_signal_handlers_come_first() -> None:
+    """The supervisor is a pod's PID 1: a SIGTERM that comes before it handles SIGTERM is dropped, so it must
+    not import the runtime (torch takes seconds) on the way to its handlers."""
+    probe = "import sys, llm_elastic.supervise\nprint(' '.join(sorted(sys.modules)))"
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.split()
+    )
+    ours = {name for name in loaded if name.split(".")[0] == "llm_elastic"}
+    assert ours == {
+        "llm_elastic",
+        "llm_elastic.supervise",
+        "llm_elastic.cli_errors",
+        "llm_elastic.contract",
+        "llm_elastic.errors",
+    }
+    assert "torch" not in loaded and "numpy" not in loaded
+
+
+def test_a_stopped_supervisor_forwards_the_signal_and_starts_nothing_more(tmp_path: Path) -> None:
+    """SIGTERM to the supervisor reaches the program; the program's failing exit is then not restarted."""
+    ready = tmp_path / "ready"
+    script = tmp_path / "program.py"
+    script.write_text(
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(76))\n"
+        f"pathlib.Path({str(ready)!r}).write_text('up')\n"
+        "time.sleep(120)\n"
+    )
+    argv = [sys.executable, "-m", "llm_elastic.supervise", "--", sys.executable, str(script)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as supervisor:
+        wait_for(lambda: ready.exists() or supervisor.poll() is not None, 60, "the program to start")
+        assert ready.exists(), "the supervisor ended before its program started"
+        supervisor.send_signal(signal.SIGTERM)
+        out, _ = supervisor.communicate(timeout=60)
+    assert supervisor.returncode == 76 and "process-restarted" not in out
