@@ -86,9 +86,34 @@ def test_node_not_ready_survivor_resumes_and_grows_back_etcd(train: Training) ->
         watch.stop()
 
 
+def _progresses(watch: StatusWatch) -> list[dict[str, Any]]:
+    return [q for v in watch.versions() if (q := (v.get("status") or {}).get("progress"))]
+
+
+def _unseen_seconds(
+    records: list[dict[str, Any]], start: float, end: float, progresses: list[dict[str, Any]]
+) -> float:
+    """Step-log seconds of the steps a process completed after the operator's last look and before it
+    stopped: the next look finds a new process (its step-time counters restarted) that resumed at
+    ``step - stepTimeCount``, so the steps from the high-water mark up to there were never seen. The status
+    values them at the old process's mean step time (an estimate, decision G1); every other kept step it
+    counts at its own time, so the two figures differ by at most these steps' time."""
+    unseen: set[int] = set()
+    for a, b in itertools.pairwise(progresses):
+        before, counts = a.get("stepTimeCount"), b.get("stepTimeCount")
+        if before is None or counts is None:
+            continue
+        same_process = counts >= before and counts - before == b["step"] - a["step"]
+        if not same_process:
+            unseen |= set(range(a["highWaterStep"] + 1, b["step"] - counts + 1))
+    first_runs = step_log_goodput([r for r in records if r["step"] in unseen], start, end)
+    return first_runs.productive
+
+
 def _check_progress(t: Training, watch: StatusWatch) -> None:
-    """Progress during training, goodput < 1 after the loss and within 3 points of the step log's, and the
-    status writes that changed only progress at least PROGRESS_SECONDS apart."""
+    """Progress during training, goodput < 1 after the loss, productive time within 2% of the wall time of the
+    step log's (plus the steps no update could see, which the status estimates), and the status writes that
+    changed only progress at least PROGRESS_SECONDS apart."""
     records = t.records()
     lost_step = max(r["step"] for r in records if r["restart"] == 0)
     last = records[-1]
@@ -123,7 +148,10 @@ def _check_progress(t: Training, watch: StatusWatch) -> None:
     print("updateTime, step, highWaterStep, count, productive (status), productive (log), wall:")
     print("\n".join(map(str, history)))
     assert p["goodput"] < 1, "a node loss costs wall time"
-    assert abs(p["goodput"] - log.goodput) <= 0.03, (p, log)
+    seen = {q["updateTime"]: q for q in [*_progresses(watch), p]}
+    unseen = _unseen_seconds(t.records(), start, end, [seen[k] for k in sorted(seen)])
+    print(f"steps no progress update saw their process complete: {unseen:.3f}s in the step log")
+    assert abs(p["productiveSeconds"] - log.productive) <= unseen + 0.02 * log.wall, (p, log, unseen)
     assert abs(p["wallSeconds"] - log.wall) <= 1.0, "wall time runs from startTime"
     assert p["totalSteps"] == 5000 and p.get("eta") and p.get("lastSavedStep", 0) >= EVERY
 
