@@ -9,7 +9,8 @@ code, so the pod fails and the operator replaces it (layer 3). It imports nothin
 Final answers, passed on without a restart: 0 (done or stopped), 2 (usage), 3 (evicted: the pod is being
 replaced), 4 (no generation formed), 5 (the state is lost: only a job restart helps), 78 (the node is
 unhealthy: the operator replaces the pod elsewhere). SIGTERM and SIGINT go
-to the program, and a supervisor that received one never restarts it. Each restart prints one JSON line
+to the program, and a supervisor that received one never restarts it (nor starts it, if the signal came
+first: it exits 128 + the signal's number). Each restart prints one JSON line
 ``{"event": "process-restarted", ...}`` and sets ``$LLMJOB_PROCESS_RESTARTS`` for the program (its metrics
 export it as ``llm_trainer_process_restarts``; the members add it up in ``llm_trainer_job_process_restarts``,
 which the operator reads and counts against maxRestarts).
