@@ -138,30 +138,29 @@ def _check_progress(t: Training, watch: StatusWatch) -> None:
         f" (productive {log.productive:.1f}s / wall {log.wall:.1f}s, {log.steps} steps,"
         f" {log.replayed} replayed)"
     )
+    by_time = {q["updateTime"]: q for q in [*_progresses(watch), p]}
+    updates = [by_time[k] for k in sorted(by_time)]  # one per progress update, in order
     history = []
-    for v in watch.versions():
-        q = (v.get("status") or {}).get("progress")
-        if q and (not history or history[-1][0] != q["updateTime"]):
-            kept = step_log_goodput(t.records(), start, end, up_to_step=q["highWaterStep"]).productive
-            history.append((q["updateTime"], q["step"], q["highWaterStep"], q.get("stepTimeCount"),
-                            q["productiveSeconds"], round(kept, 3), q["wallSeconds"]))  # fmt: skip
+    for q in updates:
+        kept = step_log_goodput(t.records(), start, end, up_to_step=q["highWaterStep"]).productive
+        history.append((q["updateTime"], q["step"], q["highWaterStep"], q.get("stepTimeCount"),
+                        q["productiveSeconds"], round(kept, 3), q["wallSeconds"]))  # fmt: skip
     print("updateTime, step, highWaterStep, count, productive (status), productive (log), wall:")
     print("\n".join(map(str, history)))
     assert p["goodput"] < 1, "a node loss costs wall time"
-    seen = {q["updateTime"]: q for q in [*_progresses(watch), p]}
-    unseen = _unseen_seconds(t.records(), start, end, [seen[k] for k in sorted(seen)])
+    unseen = _unseen_seconds(t.records(), start, end, updates)
     print(f"steps no progress update saw their process complete: {unseen:.3f}s in the step log")
     assert abs(p["productiveSeconds"] - log.productive) <= unseen + 0.02 * log.wall, (p, log, unseen)
     assert abs(p["wallSeconds"] - log.wall) <= 1.0, "wall time runs from startTime"
     assert p["totalSteps"] == 5000 and p.get("eta") and p.get("lastSavedStep", 0) >= EVERY
 
     versions = watch.versions()
-    progressed = [v for v in versions if (v.get("status") or {}).get("progress")]
+    progressed = _progresses(watch)
     assert progressed, "progress appeared in the status"
     # The workers serve step 0 while they start, so a slow start may show progress at step 0 first.
-    trained = [v["status"]["progress"]["step"] for v in progressed if v["status"]["progress"]["step"] > 0]
+    trained = [q["step"] for q in progressed if q["step"] > 0]
     assert trained and trained[0] <= lost_step, "progress was in the status during training, before the loss"
-    stamps = sorted({parse_time(v["status"]["progress"]["updateTime"]) or 0.0 for v in progressed})
+    stamps = sorted({parse_time(q["updateTime"]) or 0.0 for q in progressed})
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert gaps and min(gaps) >= PROGRESS_SECONDS - 0.01, f"progress updated faster than its bound: {gaps}"
     print(f"status writes seen: {len(versions)}, progress updates {len(stamps)} (gaps min {min(gaps):.1f}s)")
