@@ -10,21 +10,28 @@ ports, like a crashed control-plane process that its supervisor brings back.
 control plane's static pods: kube-scheduler, for one, exits on purpose when its cache sees a pod bound to
 another node than it assumed (a bind whose answer was lost while etcd was down). A component stopped with
 :func:`stop` is held (a ``<component>.held`` file beside its pid file) until :meth:`Launch.start`, so the
-supervisor never undoes a fault a test made on purpose.
+supervisor never undoes a fault a test made on purpose. Every step that reads or changes a component's
+pid and hold (a stop, a start, the supervisor's look and restart) runs under that component's lock (a
+``<component>.lock`` file, :func:`_exclusive`): without it the supervisor could read the old pid of a
+component a test had just stopped, then find the hold already released by the test's start, and start a
+second copy, which cannot bind the port, exits, and is started again for ever (seen under load).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from llm_testbed.localcluster.cluster import COMPONENTS, LocalCluster, pid_alive
 from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.filelock import locked
 from llm_testbed.localcluster.waiting import poll
 
 STOP_TIMEOUT_S = 20.0
@@ -44,6 +51,15 @@ class Launch:
     def start(self, wait: bool = True) -> int:
         """Start the component as it was (and release its hold); with ``wait``, wait until the apiserver
         answers /readyz again. Its pid."""
+        with _exclusive(self.cluster, self.component):
+            pid = self._spawn()
+        if wait:
+            what = f"kube-apiserver of {self.cluster.name} to answer /readyz after {self.component} restarted"
+            poll(self.cluster.is_running, timeout=READY_TIMEOUT_S, what=what, interval=0.2)
+        return pid
+
+    def _spawn(self) -> int:
+        """Start the process, record its pid, release the hold (the caller holds the component's lock)."""
         log = (self.cluster.logs_dir / f"{self.component}.log").open("ab")
         proc = subprocess.Popen(
             self.argv,
@@ -61,14 +77,6 @@ class Launch:
         # skips the kill and leaves the process running).
         _pid_file(self.cluster, self.component).write_text(str(proc.pid))
         _held_file(self.cluster, self.component).unlink(missing_ok=True)
-        if not wait:
-            return proc.pid
-        poll(
-            self.cluster.is_running,
-            timeout=READY_TIMEOUT_S,
-            what=f"kube-apiserver of {self.cluster.name} to answer /readyz after {self.component} restarted",
-            interval=0.2,
-        )
         return proc.pid
 
 
@@ -78,6 +86,14 @@ def _pid_file(cluster: LocalCluster, component: str) -> Path:
 
 def _held_file(cluster: LocalCluster, component: str) -> Path:
     return cluster.workdir / "pids" / f"{component}.held"
+
+
+@contextlib.contextmanager
+def _exclusive(cluster: LocalCluster, component: str) -> Iterator[None]:
+    """Hold ``component``'s lock: no other stop, start or supervisor look at it meanwhile (threads or
+    processes)."""
+    with locked(cluster.workdir / "pids" / f"{component}.lock"):
+        yield
 
 
 def _live_pid(cluster: LocalCluster, component: str) -> int:
@@ -97,6 +113,8 @@ def capture(cluster: LocalCluster, component: str) -> Launch:
 def _launch_of(cluster: LocalCluster, component: str, pid: int) -> Launch:
     proc = Path(f"/proc/{pid}")
     argv = [part.decode() for part in (proc / "cmdline").read_bytes().split(b"\0") if part]
+    if not argv:  # a zombie, or a process still inside execve
+        raise LocalClusterError(f"{component} (pid {pid}) shows no command line to start it again with")
     cwd = str((proc / "cwd").readlink())
     env = dict(
         entry.decode().split("=", 1)
@@ -114,10 +132,11 @@ def dead(cluster: LocalCluster) -> list[str]:
 
 def stop(cluster: LocalCluster, component: str) -> Launch:
     """SIGKILL one component (like a crash: no graceful shutdown) and wait until it is gone."""
-    pid = _live_pid(cluster, component)
-    launch = _launch_of(cluster, component, pid)
-    _held_file(cluster, component).touch()
-    os.kill(pid, signal.SIGKILL)
+    with _exclusive(cluster, component):
+        pid = _live_pid(cluster, component)
+        launch = _launch_of(cluster, component, pid)
+        _held_file(cluster, component).touch()
+        os.kill(pid, signal.SIGKILL)
     poll(
         lambda: not _running(pid),
         timeout=STOP_TIMEOUT_S,
@@ -192,17 +211,27 @@ class Supervisor:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            for component in self.check():
-                launch = self._launches[component]
-                last = _last_line(self._cluster.logs_dir / f"{component}.log")
-                launch.start(wait=False)
+            for component, launch in self._launches.items():
+                with _exclusive(self._cluster, component):
+                    if not self._exited(component):
+                        continue
+                    last = _last_line(self._cluster.logs_dir / f"{component}.log")
+                    launch._spawn()
                 with self._lock:
                     self._restarted.append(Restarted(component, time.time(), last))
 
     def check(self) -> list[str]:
         """The components that exited and are not held."""
-        cluster = self._cluster
-        return [c for c in dead(cluster) if c in self._launches and not _held_file(cluster, c).exists()]
+        exited = []
+        for component in self._launches:
+            with _exclusive(self._cluster, component):
+                if self._exited(component):
+                    exited.append(component)
+        return exited
+
+    def _exited(self, component: str) -> bool:
+        """Gone, and not held (the caller holds the component's lock)."""
+        return component in dead(self._cluster) and not _held_file(self._cluster, component).exists()
 
 
 def _last_line(log: Path) -> str:
