@@ -73,11 +73,21 @@ _phases: dict[tuple[str, str], str] = {}
 _spread: set[tuple[str, str]] = set()
 
 
-def observe_job(namespace: str, job: str, phase: str, desired: int, target: int, ready: int) -> None:
-    """Record a job's phase and sizes after a pass."""
+REPLICA_KINDS = ("desired", "target", "ready", "members", "waiting")
+"""The ``kind`` label of ``llmjob_job_replicas``: members train in the live generation (absent until the
+workers report it); waiting are Pending for capacity the cluster does not have yet."""
+
+
+def observe_job(namespace: str, job: str, phase: str, sizes: Mapping[str, int | None]) -> None:
+    """Record a job's phase and sizes (by ``REPLICA_KINDS``; None: no series) after a pass."""
     _phases[(namespace, job)] = phase
-    for kind, value in (("desired", desired), ("target", target), ("ready", ready)):
-        JOB_REPLICAS.labels(namespace, job, kind).set(value)
+    for kind in REPLICA_KINDS:
+        value = sizes.get(kind)
+        if value is None:
+            with contextlib.suppress(KeyError):
+                JOB_REPLICAS.remove(namespace, job, kind)
+        else:
+            JOB_REPLICAS.labels(namespace, job, kind).set(value)
     _refresh_phases()
 
 
@@ -113,7 +123,7 @@ def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's series."""
     _phases.pop((namespace, job), None)
     observe_topology(namespace, job, False)
-    for kind in ("desired", "target", "ready"):
+    for kind in REPLICA_KINDS:
         with contextlib.suppress(KeyError):
             JOB_REPLICAS.remove(namespace, job, kind)
     observe_progress(namespace, job, None, 0.0)

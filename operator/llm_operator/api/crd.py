@@ -174,6 +174,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
     {"name": "Target", "type": "integer", "jsonPath": ".status.targetReplicas", "priority": 1},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Members", "type": "integer", "jsonPath": ".status.members"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Spares", "type": "integer", "jsonPath": ".status.runningSpares", "priority": 1},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
