@@ -60,8 +60,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     from llm_operator.convert import ConvertError, convert_documents
-    from llm_operator.logs import FORMATS as LOG_FORMATS
-from llm_operator.render import load_documents, write_stream
+    from llm_operator.render import load_documents, write_stream
 
     try:
         converted = convert_documents(load_documents(args.filename))

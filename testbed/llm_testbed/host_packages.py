@@ -55,14 +55,18 @@ def ensure_commands(commands: Mapping[str, str], run: Run, say: Callable[[str], 
                 f"{names} not installed and no apt-get here: install them with your package manager"
             )
         if os.geteuid() != 0:
-            raise HostPackageError(f"{names} not installed: run `sudo apt-get install {names}` (installing needs root)")
+            raise HostPackageError(
+                f"{names} not installed: run `sudo apt-get install {names}` (installing needs root)"
+            )
         say(f"installing {names} from Debian's packages (once per machine)")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         for argv in install_argv(packages):
             run(f"host: {' '.join(argv[:2])}", argv, env)
         still = missing_packages(commands)
         if still:
-            raise HostPackageError(f"apt-get installed {names}, yet {' '.join(still)} still has no command on PATH")
+            raise HostPackageError(
+                f"apt-get installed {names}, yet {' '.join(still)} still has no command on PATH"
+            )
 
 
 def logged_run(log_dir: Path, say: Callable[[str], None]) -> Run:
@@ -74,7 +78,9 @@ def logged_run(log_dir: Path, say: Callable[[str], None]) -> Run:
         log = log_dir / f"host-{argv[1]}.log"
         say(f"{what}: started (log: {log})")
         with log.open("w") as out:
-            code = subprocess.call(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            code = subprocess.call(
+                list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
         if code != 0:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
             raise HostPackageError(f"{what}: {argv[0]} exited {code} (log: {log}):\n{tail}")

@@ -113,7 +113,10 @@ def test_alerts_and_thresholds_follow_the_values(helm: Helm) -> None:
     assert "LLMJobLowGoodput" not in rules
     assert rules["LLMJobBelowDesiredSize"]["for"] == "30m"
     assert rules["LLMJobBelowDesiredSize"]["labels"]["severity"] == "critical"
-    assert "[45m]" in rules["LLMJobNoTrainingStep"]["expr"] and "time() - 2700" in rules["LLMJobNoTrainingStep"]["expr"]
+    assert (
+        "[45m]" in rules["LLMJobNoTrainingStep"]["expr"]
+        and "time() - 2700" in rules["LLMJobNoTrainingStep"]["expr"]
+    )
     assert 'up{job="llm-operator"}' in rules["LLMJobOperatorDown"]["expr"]
 
 

@@ -360,7 +360,9 @@ def test_the_phase_gauge_has_one_series_per_job() -> None:
     from prometheus_client import REGISTRY
 
     def phase(name: str) -> float | None:
-        return REGISTRY.get_sample_value("llmjob_job_phase", {"namespace": "ml", "llmjob": "phased", "phase": name})
+        return REGISTRY.get_sample_value(
+            "llmjob_job_phase", {"namespace": "ml", "llmjob": "phased", "phase": name}
+        )
 
     metrics.observe_job("ml", "phased", "Running", 4, 4, 4)
     assert phase("Running") == 1

@@ -287,7 +287,9 @@ def test_missing_host_commands_map_to_debian_packages() -> None:
 
 
 def test_installing_needs_root_and_apt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host_packages.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None)
+    monkeypatch.setattr(
+        host_packages.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None
+    )
     monkeypatch.setattr(host_packages.os, "geteuid", lambda: 1000)
     with pytest.raises(ImageError, match=r"run `sudo apt-get install mmdebstrap podman runc`"):
         host.ensure_commands()

@@ -39,7 +39,7 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-# -- the operator ---------------------------------------------------------------------------------------------
+# -- the operator ---------------------------------------------------------------------------------------
 
 
 def test_operator_help_shows_the_log_format() -> None:
@@ -80,7 +80,7 @@ def test_operator_text_lines(root_logger: logging.Logger, capsys: pytest.Capture
         json.loads(line)
 
 
-# -- the runtime ----------------------------------------------------------------------------------------------
+# -- the runtime ----------------------------------------------------------------------------------------
 
 WORKER_ENV = {
     "LLMJOB_LOG_FORMAT": "json",
@@ -111,7 +111,10 @@ def test_runtime_json_lines_carry_job_pod_generation_and_step(root_logger: loggi
 
 def test_runtime_text_is_the_default(root_logger: logging.Logger) -> None:
     out = io.StringIO()
-    assert configure_logging("INFO", text_format="[trainer r0] %(levelname)s %(message)s", env={}, stream=out) == "text"
+    assert (
+        configure_logging("INFO", text_format="[trainer r0] %(levelname)s %(message)s", env={}, stream=out)
+        == "text"
+    )
     logging.getLogger("llm_trainer").info("step 1 loss 6.7")
     assert out.getvalue() == "[trainer r0] INFO step 1 loss 6.7\n"
 
