@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import ROOT, Helm, by_kind, one
+from chart_helpers import CHART, ROOT, Helm, by_kind, one
 from llm_testbed import promtool as promtool_setup
 
 UNIT_TESTS = Path(__file__).parent / "promtool"
@@ -71,6 +71,11 @@ def _unit_test_files(folder: Path) -> list[str]:
 
 def test_no_prometheus_rule_by_default(helm: Helm) -> None:
     assert not by_kind(helm.template({}), "PrometheusRule")
+
+
+def test_helm_lint_with_the_rule(helm: Helm) -> None:
+    result = helm.run("lint", "--strict", str(CHART), "-f", str(helm.values_file(ENABLED)))
+    assert "0 chart(s) failed" in result.stdout
 
 
 def test_enabled_renders_every_alert_with_severity_summary_and_runbook(helm: Helm) -> None:
