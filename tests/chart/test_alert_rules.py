@@ -125,6 +125,24 @@ def test_alerts_and_thresholds_follow_the_values(helm: Helm) -> None:
     assert 'up{job="llm-operator"}' in rules["LLMJobOperatorDown"]["expr"]
 
 
+def _operator_series() -> set[str]:
+    """Every series name the operator exports (counters as _total, histograms as _bucket/_sum/_count)."""
+    from llm_operator import metrics  # noqa: F401  (registers the operator's metrics)
+    from prometheus_client import REGISTRY
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    return {f.name + end for f in REGISTRY.collect() for end in suffixes.get(f.type, ())}
+
+
+def test_the_rules_query_only_series_that_exist(helm: Helm) -> None:
+    exprs = " ".join(r["expr"] for r in _rules(_groups(helm, ENABLED)))
+    operator = set(re.findall(r"\bllmjob_[a-z_]+\b", exprs))
+    assert operator and operator <= _operator_series(), sorted(operator - _operator_series())
+    exporter = (ROOT / "runtime" / "llm_elastic" / "metrics.py").read_text()
+    for name in set(re.findall(r"\bllm_trainer_([a-z_]+)\b", exprs)):
+        assert f'"{name}":' in exporter, f"llm_trainer_{name} is not a gauge of llm_elastic.metrics.Exporter"
+
+
 def test_promtool_checks_the_rendered_rules(helm: Helm, promtool: Path, tmp_path: Path) -> None:
     rules = _write_rules(helm, ENABLED, tmp_path)
     result = _promtool(promtool, "check", "rules", rules.name, cwd=tmp_path)
