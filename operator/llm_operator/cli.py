@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from llm_operator.logs import FORMATS as LOG_FORMATS
 from llm_operator.render import RenderError, render_documents, write_documents
 from llm_operator.settings import Settings
 
@@ -192,6 +193,13 @@ def build_parser(plugins: Sequence[Register] = ()) -> argparse.ArgumentParser:
         " patch on nodes (same as LLMJOB_MARK_UNHEALTHY_NODES=true)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line (timestamp, severity, logger, message; a job's lines"
+        " also name it under 'object'); docs/operations.md, \"Logs\"",
+    )
     p.set_defaults(func=_cmd_operator)
 
     registered: list[Register] = []

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from llm_testbed import host_packages
 from llm_testbed.images import base, build, cli, dockerignore, host, podman, recipe, steps, wheelhouse
 from llm_testbed.images.errors import ImageError
 
@@ -286,11 +287,13 @@ def test_missing_host_commands_map_to_debian_packages() -> None:
 
 
 def test_installing_needs_root_and_apt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None)
-    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(
+        host_packages.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None
+    )
+    monkeypatch.setattr(host_packages.os, "geteuid", lambda: 1000)
     with pytest.raises(ImageError, match=r"run `sudo apt-get install mmdebstrap podman runc`"):
         host.ensure_commands()
-    monkeypatch.setattr(host.shutil, "which", lambda c: None)
+    monkeypatch.setattr(host_packages.shutil, "which", lambda c: None)
     with pytest.raises(ImageError, match="no apt-get here"):
         host.ensure_commands()
 
