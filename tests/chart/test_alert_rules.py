@@ -24,6 +24,7 @@ OPERATIONS = ROOT / "docs" / "operations.md"
 ENABLED = {"prometheusRule": {"enabled": True}}
 ALERTS = {
     "LLMJobBelowDesiredSize",
+    "LLMJobWaitingForCapacity",
     "LLMJobNoTrainingStep",
     "LLMJobLowGoodput",
     "LLMJobSlowFailureReaction",
