@@ -1,4 +1,4 @@
-"""One version, pyproject.toml's: the copies that cannot read it must equal it, and `llmjob --version` says it."""
+"""One version, pyproject.toml's: the copies that cannot read it must equal it; `llmjob --version` says it."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_chart_version_and_app_version_equal_the_project_version() -> None:
     chart = yaml.safe_load(CHART.read_text())
     wanted = project_version(ROOT)
     assert (chart["version"], str(chart["appVersion"])) == (wanted, wanted), (
-        f"Chart.yaml has version {chart['version']} / appVersion {chart['appVersion']}, pyproject.toml {wanted}"
+        f"Chart.yaml: version {chart['version']}, appVersion {chart['appVersion']}; pyproject.toml: {wanted}"
     )
 
 
