@@ -35,7 +35,7 @@ def _say(message: str) -> None:
     report(message, TOPIC)
 
 
-def _packages(root: Path, version: str, out: Path, work: Path, logs: Path) -> list[str]:
+def _packages(root: Path, version: str, out: Path, work: Path, logs: Path, validate: bool) -> list[str]:
     notes = []
     for package in python.PACKAGES:
         built = python.build(root, package, version, out / "python", work, logs)
@@ -46,13 +46,14 @@ def _packages(root: Path, version: str, out: Path, work: Path, logs: Path) -> li
         )
         target = out / "sbom" / f"{package.name}-{version}.python.cdx.json"
         target.parent.mkdir(parents=True, exist_ok=True)
-        bom = sbom.generate(env, target, logs / f"sbom-{package.name}.log", pyproject=built.pyproject)
+        log = logs / f"sbom-{package.name}.log"
+        bom = sbom.generate(env, target, log, pyproject=built.pyproject, validate=validate)
         _say(f"sbom {target.name}: {len(bom.get('components', []))} components")
         notes.append(f"python/{built.wheel.name}, python/{built.sdist.name}: {package.about}")
     return notes
 
 
-def _images(version: str, out: Path, work: Path, logs: Path, save: bool) -> list[str]:
+def _images(version: str, out: Path, work: Path, logs: Path, save: bool, validate: bool) -> list[str]:
     notes = []
     for image in container_images.tag(version):
         env = sbom.environment(
@@ -61,7 +62,7 @@ def _images(version: str, out: Path, work: Path, logs: Path, save: bool) -> list
             logs / f"venv-image-{image.name}.log",
         )
         target = out / "sbom" / f"{image.name}-image-{version}.cdx.json"
-        bom = sbom.generate(env, target, logs / f"sbom-image-{image.name}.log")
+        bom = sbom.generate(env, target, logs / f"sbom-image-{image.name}.log", validate=validate)
         root_component = {
             "type": "container",
             "bom-ref": "root-component",
@@ -84,7 +85,9 @@ def _images(version: str, out: Path, work: Path, logs: Path, save: bool) -> list
     return notes
 
 
-def make_release(root: Path, out_root: Path, *, save_images: bool = False) -> Path:
+def make_release(
+    root: Path, out_root: Path, *, save_images: bool = False, validate_sboms: bool = True
+) -> Path:
     """Build every artifact into ``out_root/<version>/``; its path."""
     started = time.monotonic()
     version = project_version(root)
@@ -103,8 +106,8 @@ def make_release(root: Path, out_root: Path, *, save_images: bool = False) -> Pa
         f"chart/{packaged.name}: the Helm chart (version and appVersion {version}; CRDs in its crds/)",
         f"{bundle.name}: every CRD, for kubectl apply --server-side (upgrades, GitOps)",
     ]
-    notes += _packages(root, version, out, work, folder.logs)
-    notes += _images(version, out, work, folder.logs, save_images)
+    notes += _packages(root, version, out, work, folder.logs, validate_sboms)
+    notes += _images(version, out, work, folder.logs, save_images, validate_sboms)
     notes.append("sbom/: CycloneDX 1.6 JSON per package and per image (Python distributions; no OS packages)")
     (out / "RELEASE.txt").write_text(
         f"elastic-llm-operator {version}\ncommit: {commit}\n\n" + "".join(f"- {n}\n" for n in notes)

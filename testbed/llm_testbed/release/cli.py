@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,11 +32,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also write both images as OCI archives into images/ (the trainer's is several GB)",
     )
+    parser.add_argument(
+        "--no-sbom-validation",
+        action="store_true",
+        help="skip cyclonedx-py's schema check of each SBOM (about 8 s of CPU each)",
+    )
     args = parser.parse_args(argv)
     try:
         root = repo_root()
-        final = make_release(root, args.out or root / "dist" / "release", save_images=args.save_images)
-    except (LocalClusterError, OSError, ValueError) as exc:
+        final = make_release(
+            root,
+            args.out or root / "dist" / "release",
+            save_images=args.save_images,
+            validate_sboms=not args.no_sbom_validation,
+        )
+    except (LocalClusterError, OSError, ValueError, subprocess.SubprocessError) as exc:
         if os.environ.get("LLMJOB_DEBUG"):
             raise
         print(f"make release: error: {one_line(str(exc))}", file=sys.stderr)
