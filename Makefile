@@ -61,7 +61,8 @@ crds: setup
 # The version is pyproject.toml's; the chart gets it as --version/--app-version. PYTHONPATH and LLMJOB_REPO_ROOT
 # make the release read this tree even when .venv (VENV=...) was installed from another checkout.
 release: setup
-	PYTHONPATH=operator:runtime:trainer:testbed LLMJOB_REPO_ROOT=$(CURDIR) $(BIN)/python -m llm_testbed.release $(RELEASE_ARGS)
+	PYTHONPATH=operator:runtime:trainer:testbed$${PYTHONPATH:+:$$PYTHONPATH} LLMJOB_REPO_ROOT=$(CURDIR) \
+	  $(BIN)/python -m llm_testbed.release $(RELEASE_ARGS)
 
 demo: setup tools
 	$(BIN)/llmjob demo $(DEMO_ARGS)

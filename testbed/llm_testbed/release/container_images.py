@@ -27,7 +27,7 @@ _DISTRIBUTIONS = (
     "for d in m.distributions():\n"
     "    key = re.sub(r'[-_.]+', '-', d.metadata['Name'] or '').lower()\n"
     "    if key and key not in seen:\n"
-    "        seen[key] = d.read_text('METADATA') or ''\n"
+    "        seen[key] = d.read_text('METADATA') or d.read_text('PKG-INFO') or ''\n"
     "json.dump(list(seen.values()), sys.stdout)\n"
 )
 
@@ -66,11 +66,13 @@ def tag(version: str) -> list[ReleasedImage]:
         size = int(info.get("Size", 0))
         released.append(ReleasedImage(name, target, str(info["Id"]), size, RECIPES[name].left_out))
         report(f"image {name}: tagged {target} ({info['Id'][:12]})", TOPIC)
+        report(f"image {name}: the local build leaves out {RECIPES[name].left_out}", TOPIC)
     return released
 
 
 def distributions(image: ReleasedImage) -> list[str]:
-    """METADATA of every distribution the image's ``python`` sees (a container: no network, read-only)."""
+    """Core metadata of every distribution the image's ``python`` sees (a container: no network, read-only):
+    ``METADATA`` of a dist-info, ``PKG-INFO`` of an egg-info (Debian's own Python packages have those)."""
     podman = Podman.of_cache()
     out = _podman_ok(
         podman,

@@ -67,7 +67,7 @@ def closure(requires: Iterable[str], extras: Iterable[str]) -> dict[str, str]:
             raise ReleaseError(
                 f"SBOM: {req.name} (required as {text!r}) is not installed in {sys.prefix}: run make setup"
             ) from None
-        found.setdefault(key, dist.read_text("METADATA") or "")
+        found.setdefault(key, dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
         todo += [(sub, wanted) for sub in dist.requires or []]
     return found
 
