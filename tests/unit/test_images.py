@@ -112,7 +112,7 @@ def built_stages(df: Dockerfile, args: dict[str, str]) -> tuple[set[str], set[st
 def test_local_build_arguments_are_declared_and_pull_only_the_base(image: str) -> None:
     chosen = recipe.RECIPES[image]
     df = parse(ROOT / chosen.dockerfile)
-    args = recipe.local_build_args(chosen, "localhost/elastic-llm-operator/base:k")
+    args = recipe.local_build_args(chosen, "localhost/elastic-llm-operator/base:k", "0.0.0")
     assert set(args) <= set(df.global_args), f"undeclared build arguments: {set(args) - set(df.global_args)}"
     assert df.global_args["WHEELHOUSE"] in ('""', ""), "the default build uses the package index"
     _, images = built_stages(df, args)
@@ -124,7 +124,7 @@ def test_the_trainer_default_is_the_production_stack_and_the_local_build_says_wh
     production, pulled = built_stages(df, {})
     assert {"efa", "ofi-build", "system", "wheel", "final"} <= production
     assert any(p.startswith("nvidia/cuda:") for p in pulled)
-    local, _ = built_stages(df, recipe.local_build_args(recipe.TRAINER, "b"))
+    local, _ = built_stages(df, recipe.local_build_args(recipe.TRAINER, "b", "0.0.0"))
     left_out = production - local
     assert left_out == {"efa", "ofi-build", "system"}
     assert all(name in recipe.TRAINER.left_out for name in left_out)

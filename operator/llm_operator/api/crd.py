@@ -18,6 +18,10 @@ from llm_operator.api.rules import QUANTITY_PATTERN, RULES_JOB, RULES_JOB_SPEC
 
 _DROP = {"title", "discriminator"}
 
+CRD_ANNOTATIONS: dict[str, str] = {"argocd.argoproj.io/sync-options": "Prune=false"}
+"""On every CRD the project installs: Argo CD never prunes it (an application with ``prune: true`` that
+stops rendering a CRD would otherwise delete it, and with it every object of its kind)."""
+
 
 def structural(node: Any, defs: dict[str, Any]) -> Any:
     """Convert a pydantic JSON-schema node into a structural OpenAPI v3 node."""
@@ -244,6 +248,7 @@ def runtime_crd(kind: str) -> dict[str, Any]:
         "metadata": {
             "name": f"{names['plural']}.{models.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "elastic-llm-operator"},
+            "annotations": dict(CRD_ANNOTATIONS),
         },
         "spec": {
             "group": models.GROUP,
@@ -286,6 +291,7 @@ def crd() -> dict[str, Any]:
         "metadata": {
             "name": f"{models.PLURAL}.{models.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "elastic-llm-operator"},
+            "annotations": dict(CRD_ANNOTATIONS),
         },
         "spec": {
             "group": models.GROUP,
