@@ -1,4 +1,5 @@
 // Wrapper module that builds the pinned Karpenter core's kwok cloud provider (package kwok).
+// Its go.mod needs Go >= 1.26.9: run go here with GOTOOLCHAIN=go1.27.3 (localcluster/tools.py sets it).
 module elasticllm.dev/tools/karpenter
 
 go 1.26.9
