@@ -252,6 +252,10 @@ def _build_group(group: ToolGroup, log_dir: Path) -> None:
         )
     with log_path.open("a") as log:
         log.write(f"# built {group.name} {group.version} in {elapsed:.0f}s ({compiled} packages compiled)\n")
+    for name, package in group.commands.items():  # go build names a binary after its package's folder
+        built = staging / package.rstrip("/").rsplit("/", 1)[-1]
+        if built.name != name:
+            built.rename(staging / name)
     for files in group.files:
         _copy_module_files(group, files, staging / files.into, env)
     shutil.rmtree(target, ignore_errors=True)
