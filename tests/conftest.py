@@ -18,6 +18,9 @@
   cluster for the test's duration; the node set is restored afterwards.
 - ``container_cluster`` / ``container_namespace``: the same in the pod runner's container mode,
   ``pytest-ctr-<pid>``: pods of images `make images` built run in containers of them (podman + runc).
+- ``karpenter_cluster`` / ``karpenter_namespace``: a run-pods cluster, ``pytest-kpt-<pid>``, with real
+  Karpenter (``LocalCluster.up(..., karpenter=True)``) and no static GPU nodes: GPU pods make Karpenter
+  launch nodes. After each test its NodePools are reset to the defaults and its nodes removed.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import support.*` in every import mode
 
+from llm_testbed.karpenter import control as karpenter_control
 from llm_testbed.localcluster import chaos, nodes, paths, restart
 from llm_testbed.localcluster.cluster import LocalCluster, cluster_names, pid_alive
 from llm_testbed.localcluster.nodewatch import NodeGuard
@@ -157,15 +161,16 @@ def _control_plane_whole(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def _pods_running_cluster(
-    fixture: str, name: str, logs: Path, containers: bool = False
+    fixture: str, name: str, logs: Path, containers: bool = False, karpenter: bool = False
 ) -> Iterator[LocalCluster]:
     """A run-pods cluster for a session fixture: up, guarded and supervised, its logs kept, then down."""
     _remove_clusters_of_dead_sessions()
     local = LocalCluster(name)
     _pod_clusters[fixture] = local
     try:
-        local.up(PROCESS_GPU_NODES, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True,
-                 containers=containers)  # fmt: skip
+        gpu_nodes = 0 if karpenter else PROCESS_GPU_NODES
+        local.up(gpu_nodes, PROCESS_CPU_NODES, crds_dir=paths.crds_dir(), run_pods=True,
+                 containers=containers, karpenter=karpenter)  # fmt: skip
         _guards[fixture] = NodeGuard(local.kube).start()
         _supervisors[fixture] = restart.Supervisor.of(local).start()
         yield local
@@ -179,6 +184,8 @@ def _pods_running_cluster(
             runner_log = local.podrunner_dir / "runner.log"
             if runner_log.is_file():
                 shutil.copyfile(runner_log, logs / "podrunner.log")
+        if local.karpenter_log.is_file():
+            shutil.copyfile(local.karpenter_log, logs / "karpenter.log")
         local.down()
 
 
@@ -197,6 +204,13 @@ def container_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loca
     yield from _pods_running_cluster("container_cluster", f"pytest-ctr-{os.getpid()}", logs, containers=True)
 
 
+@pytest.fixture(scope="session")
+def karpenter_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A run-pods cluster with real Karpenter (its kwok provider) and no static GPU nodes."""
+    logs = tmp_path_factory.mktemp("karpenter-cluster-logs")
+    yield from _pods_running_cluster("karpenter_cluster", f"pytest-kpt-{os.getpid()}", logs, karpenter=True)
+
+
 def _pods_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     name = _namespace_name(request.node.name)
     cluster.kubectl("create", "namespace", name)
@@ -206,7 +220,9 @@ def _pods_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> It
     cluster.kubectl("delete", "pods", "--all", "--namespace", name, "--force", "--grace-period=0",
                     "--wait=false", check=False)  # fmt: skip
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-    baseline = nodes.cluster_nodes(PROCESS_GPU_NODES, PROCESS_CPU_NODES)
+    if cluster.runs_karpenter:
+        karpenter_control.reset_pools(cluster.kube)
+    baseline = nodes.cluster_nodes(0 if cluster.runs_karpenter else PROCESS_GPU_NODES, PROCESS_CPU_NODES)
     chaos.restore_nodes(baseline, kube=cluster.kube, timeout=60)
 
 
@@ -226,6 +242,15 @@ def container_namespace(
     """A fresh namespace on ``container_cluster``; ``KUBECONFIG`` points there during the test."""
     monkeypatch.setenv("KUBECONFIG", str(container_cluster.kubeconfig))
     yield from _pods_namespace(container_cluster, request)
+
+
+@pytest.fixture
+def karpenter_namespace(
+    karpenter_cluster: LocalCluster, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """A fresh namespace on ``karpenter_cluster``; ``KUBECONFIG`` points there during the test."""
+    monkeypatch.setenv("KUBECONFIG", str(karpenter_cluster.kubeconfig))
+    yield from _pods_namespace(karpenter_cluster, request)
 
 
 def _namespace_name(test_name: str) -> str:
@@ -269,6 +294,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(
                 (f"pod runner of {fixture} (last {LOG_TAIL_LINES} lines)", _tail(runner_log, LOG_TAIL_LINES))
             )
+            if pod_cluster.runs_karpenter:
+                report.sections.append(
+                    (f"karpenter of {fixture} (last {LOG_TAIL_LINES} lines)",
+                     _tail(pod_cluster.karpenter_log, LOG_TAIL_LINES))
+                )  # fmt: skip
     if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
     if _session_cluster is not None:

@@ -46,6 +46,7 @@ LEASE_NAMESPACE = "kube-node-lease"
 DEAD_HOLDER = "llmjob-chaos/dead-kubelet"
 """Holder of a dead node's Lease: kwok never renews a Lease another holder has not let expire."""
 DEAD_LEASE_SECONDS = 7 * 24 * 3600
+KARPENTER_FINALIZER = "karpenter.sh/termination"  # on the nodes Karpenter launched
 
 
 def termination_taint(kind: TerminationKind) -> dict[str, str]:
@@ -266,9 +267,16 @@ def delete_node(
     """Remove the Node object (the instance is gone). Its pods are left to the pod garbage collector.
 
     Its Lease is taken from kwok first and deleted after, so kwok's lease worker is never mid-renewal
-    when the node goes, and a node added later under the same name starts with a Lease of its own."""
+    when the node goes, and a node added later under the same name starts with a Lease of its own.
+
+    A node that Karpenter launched carries its termination finalizer: Karpenter would drain a Ready node
+    gracefully before letting it go. An instance that is gone has no kubelet, so the node dies first
+    (:func:`node_not_ready`); Karpenter then sees a NotReady node whose instance no longer exists and
+    lets it go at once, as it does on EKS, and deletes its NodeClaim."""
     k = _kube(kube)
-    _node(k, node)
+    obj = _node(k, node)
+    if KARPENTER_FINALIZER in (obj["metadata"].get("finalizers") or []) and is_ready(obj):
+        node_not_ready(node, kube=k, wait=False)
     hold_lease(k, node)
     k.run(
         "delete",

@@ -51,14 +51,17 @@ def _one_line_errors(command: str) -> Callable[[Handler], Handler]:
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     crds = paths.crds_dir()
     if args.kind:
+        if args.karpenter:
+            raise LocalClusterError("--karpenter runs Karpenter's kwok provider locally: not with --kind")
         kubectl = tools.ensure(["kubectl"])["kubectl"]
-        kubeconfig = kind.up(args.name, args.nodes, args.cpu_nodes, kubectl, crds)
+        nodes_wanted = DEFAULT_GPU_NODES if args.nodes is None else args.nodes
+        kubeconfig = kind.up(args.name, nodes_wanted, args.cpu_nodes, kubectl, crds)
     else:
         cluster = LocalCluster(args.name)
         if args.containers and not args.run_pods:
             raise LocalClusterError("--containers runs pods in containers: it needs --run-pods")
         cluster.up(args.nodes, args.cpu_nodes, port=args.port, crds_dir=crds, run_pods=args.run_pods,
-                   containers=args.containers)  # fmt: skip
+                   containers=args.containers, karpenter=args.karpenter)  # fmt: skip
         kubeconfig = cluster.kubeconfig
     print(f"kubeconfig: {kubeconfig}")
     print(f"export KUBECONFIG={kubeconfig}")
@@ -211,8 +214,8 @@ def _register_cluster(subparsers: Any) -> None:
     up.add_argument(
         "--nodes",
         type=_nonneg,
-        default=DEFAULT_GPU_NODES,
-        help=f"fake p5.48xlarge GPU nodes (default {DEFAULT_GPU_NODES})",
+        default=None,
+        help=f"static fake p5.48xlarge GPU nodes (default {DEFAULT_GPU_NODES}; 0 with --karpenter)",
     )
     up.add_argument(
         "--cpu-nodes",
@@ -230,6 +233,12 @@ def _register_cluster(subparsers: Any) -> None:
         "--containers",
         action="store_true",
         help="with --run-pods: pods whose images `make images` built run in containers (podman + runc)",
+    )
+    up.add_argument(
+        "--karpenter",
+        action="store_true",
+        help="run real Karpenter (its kwok provider): it launches p5.48xlarge/m5.2xlarge nodes for Pending "
+        "pods and consolidates empty ones; no static GPU nodes unless --nodes says so",
     )
     up.add_argument(
         "--kind",

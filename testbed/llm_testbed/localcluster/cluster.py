@@ -10,7 +10,8 @@ Layout (all under the per-machine cache, see :mod:`paths`)::
       .start.lock               clusters start one at a time (ports are picked under it)
 
 A cluster started with ``run_pods`` keeps ``clusters/<name>/podrunner/`` (see
-:mod:`llm_testbed.podrunner.files`): its pods run as local processes.
+:mod:`llm_testbed.podrunner.files`): its pods run as local processes. One started with ``karpenter``
+keeps ``clusters/<name>/karpenter/`` (see :mod:`llm_testbed.karpenter`): Karpenter launches its nodes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from llm_testbed import karpenter as karpenter_
 from llm_testbed.localcluster import chaos, kwokconfig, kwokctl, nodes, paths, ports, progress, tools
 from llm_testbed.localcluster.errors import LocalClusterError
 from llm_testbed.localcluster.filelock import locked
@@ -148,6 +150,11 @@ class LocalCluster:
         """True when this cluster was created with ``run_pods``: its pods run as local processes."""
         return (self.workdir / RUN_PODS_MARK).is_file()
 
+    @property
+    def karpenter_log(self) -> Path:
+        """Karpenter's log (clusters started with ``karpenter``)."""
+        return karpenter_.daemon.log_path(karpenter_.daemon.state_dir(self.workdir))
+
     def volume_dir(self, pv_name: str) -> Path:
         """The host folder the pod runner uses for a bound PersistentVolume (shared by every pod)."""
         from llm_testbed.podrunner.volumes import pv_dir
@@ -184,9 +191,14 @@ class LocalCluster:
         result = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
         return result.returncode == 0 and result.stdout.strip() == "ok"
 
+    @property
+    def runs_karpenter(self) -> bool:
+        """True when this cluster was created with ``karpenter``: Karpenter launches its GPU nodes."""
+        return karpenter_.enabled(self.workdir)
+
     def up(
         self,
-        gpu_nodes: int = DEFAULT_GPU_NODES,
+        gpu_nodes: int | None = None,
         cpu_nodes: int = DEFAULT_CPU_NODES,
         *,
         port: int = 0,
@@ -194,8 +206,13 @@ class LocalCluster:
         run_pods: bool = False,
         audit_policy: Path | None = None,
         containers: bool = False,
+        karpenter: bool | karpenter_.KarpenterSetup = False,
     ) -> bool:
         """Start (or resume) the cluster, add the nodes if it has none, install CRDs.
+
+        ``gpu_nodes``: static GPU nodes (default 4, or 0 with ``karpenter``). ``karpenter``: real
+        Karpenter (its kwok provider) launches and removes nodes for Pending pods; ``True`` for the
+        default NodePools, or a :class:`~llm_testbed.karpenter.KarpenterSetup`. A cluster keeps it.
 
         With ``run_pods`` the cluster's pods run for real as local processes (the local pod runner,
         started here and stopped by :meth:`down`); a cluster keeps the mode it was created with.
@@ -211,6 +228,10 @@ class LocalCluster:
                 f"`llmjob cluster down --name {self.name}` first to change that"
             )
         run_pods = run_pods or (self.exists() and self.runs_pods)  # a cluster keeps its mode
+        if self.exists() and self.runs_karpenter and not karpenter:
+            karpenter = True
+        if gpu_nodes is None:
+            gpu_nodes = 0 if karpenter else DEFAULT_GPU_NODES
         if self.exists() and self.is_running():
             say(f"cluster {self.name} is already running")
             fresh = False
@@ -224,6 +245,10 @@ class LocalCluster:
             say("nodes already present: --nodes/--cpu-nodes ignored (use `llmjob chaos add-node` to add)")
         self.install_crds(crds_dir if crds_dir is not None else paths.crds_dir())
         self.wait_default_service_account()
+        if karpenter:
+            setup = karpenter if isinstance(karpenter, karpenter_.KarpenterSetup) else None
+            pid = karpenter_.start(self.kube, self.workdir, setup)
+            say(f"karpenter (pid {pid}) launches nodes for Pending pods; log {self.karpenter_log}")
         if run_pods:
             pid = podrunner.start(
                 self.name, self.kubeconfig, self.podrunner_dir, {"etcd": self.tools["etcd"]}, containers
@@ -325,6 +350,8 @@ class LocalCluster:
         if not self.exists():
             return False
         say(f"deleting cluster {self.name}")
+        if karpenter_.stop(self.workdir):
+            say("karpenter stopped")
         if podrunner.stop(self.name, self.podrunner_dir):
             say("local pod runner stopped, pod processes killed")
         pids = self.component_pids()
@@ -357,6 +384,8 @@ class LocalCluster:
         components = {c: ("running" if self._component_alive(c) else "stopped") for c in COMPONENTS}
         if self.runs_pods:
             components["podrunner"] = "running" if podrunner.alive(self.podrunner_dir) else "stopped"
+        if self.runs_karpenter:
+            components["karpenter"] = "running" if karpenter_.alive(self.workdir) else "stopped"
         node_list = [summarize_node(n) for n in self.kube.items("nodes")] if running else []
         return ClusterStatus(self.name, True, running, self.kubeconfig, components, node_list)
 

@@ -109,9 +109,11 @@ def block_of(name: str) -> str:
     return f"nn-l3-{index // BLOCK_SIZE}"
 
 
-def topology_labels(name: str) -> dict[str, str]:
-    """EKS network topology labels of a GPU node (see the module's docstring)."""
-    return {TOPOLOGY_LEVELS[0]: "nn-l1-0", TOPOLOGY_LEVELS[1]: "nn-l2-0", BLOCK_LABEL: block_of(name)}
+def topology_labels(name: str, block: str | None = None) -> dict[str, str]:
+    """EKS network topology labels of a GPU node (see the module's docstring); ``block`` overrides the
+    layer-3 block that the name gives (Karpenter's nodes, named at random, share one)."""
+    layer3 = block or block_of(name)
+    return {TOPOLOGY_LEVELS[0]: "nn-l1-0", TOPOLOGY_LEVELS[1]: "nn-l2-0", BLOCK_LABEL: layer3}
 
 
 def node_ip(name: str) -> str:

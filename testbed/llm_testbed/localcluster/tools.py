@@ -31,6 +31,10 @@ ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v4.3.1"
 KUEUE_VERSION = "v0.17.1"
+KARPENTER_VERSION = "v1.15.0"
+# Karpenter's go.mod asks for Go >= 1.26.9; the go command fetches this exact toolchain through the Go
+# module proxy (about 76 MB, once per machine) when GOTOOLCHAIN names it (docs/decisions.md, "Karpenter").
+KARPENTER_TOOLCHAIN = "go1.27.3"
 
 
 def _kube_ldflags() -> list[str]:
@@ -47,6 +51,15 @@ def _kube_ldflags() -> list[str]:
 
 
 @dataclass(frozen=True)
+class ModuleFiles:
+    """Files of a pinned module copied into the group's cache folder at build time (never into the repo)."""
+
+    module: str  # module path, as go.mod requires it
+    globs: tuple[str, ...]  # relative to the module's root
+    into: str  # folder under the group's cache folder
+
+
+@dataclass(frozen=True)
 class ToolGroup:
     """One wrapper module and the commands built from it in a single ``go build``."""
 
@@ -54,6 +67,8 @@ class ToolGroup:
     version: str
     commands: dict[str, str]  # binary name -> Go package path
     ldflags: list[str] = field(default_factory=list)
+    toolchain: str = ""  # GOTOOLCHAIN for this group ("" = the machine's Go)
+    files: tuple[ModuleFiles, ...] = ()
 
     @property
     def module_dir(self) -> Path:
@@ -94,6 +109,20 @@ GROUPS: tuple[ToolGroup, ...] = (
         {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
         [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}"],
     ),
+    ToolGroup(
+        "karpenter",
+        KARPENTER_VERSION,
+        {"karpenter": "sigs.k8s.io/karpenter/kwok"},
+        [f"-X sigs.k8s.io/karpenter/pkg/operator.Version={KARPENTER_VERSION}"],
+        toolchain=KARPENTER_TOOLCHAIN,
+        files=(
+            ModuleFiles(
+                "sigs.k8s.io/karpenter",
+                ("pkg/apis/crds/*.yaml", "kwok/apis/crds/*.yaml"),
+                "crds",
+            ),
+        ),
+    ),
 )
 
 ALL_TOOLS: tuple[str, ...] = tuple(name for g in GROUPS for name in g.commands)
@@ -122,6 +151,19 @@ def _go_version() -> str:
     return out.stdout.strip()
 
 
+def _toolchain_version(group: ToolGroup) -> str:
+    """The Go that builds ``group``: its pinned toolchain (not asked for: that would fetch it) or ours."""
+    return group.toolchain or _go_version()
+
+
+def go_env(group: ToolGroup) -> dict[str, str]:
+    """The environment of every ``go`` command run in ``group``'s wrapper module."""
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+    if group.toolchain:
+        env["GOTOOLCHAIN"] = group.toolchain
+    return env
+
+
 def _build_flags(group: ToolGroup) -> list[str]:
     return ["-trimpath", "-ldflags", " ".join(["-s", "-w", *group.ldflags])]
 
@@ -131,8 +173,10 @@ def group_dir(group: ToolGroup) -> Path:
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
         digest.update((group.module_dir / name).read_bytes())
-    digest.update(_go_version().encode())
+    digest.update(_toolchain_version(group).encode())
     digest.update(" ".join(_build_flags(group)).encode())
+    for files in group.files:
+        digest.update(f"{files.module} {' '.join(files.globs)} {files.into}".encode())
     return cache_root() / "tools" / f"{group.name}-{group.version}-{digest.hexdigest()[:12]}"
 
 
@@ -177,7 +221,7 @@ def _build_group(group: ToolGroup, log_dir: Path) -> None:
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+    env = go_env(group)
     total = _count_packages(group, env)
     log_path = log_dir / f"build-{group.name}.log"
     argv = [_go(), "build", "-v", *_build_flags(group), "-o", str(staging) + "/", *group.commands.values()]
@@ -208,9 +252,53 @@ def _build_group(group: ToolGroup, log_dir: Path) -> None:
         )
     with log_path.open("a") as log:
         log.write(f"# built {group.name} {group.version} in {elapsed:.0f}s ({compiled} packages compiled)\n")
+    for name, package in group.commands.items():  # go build names a binary after its package's folder
+        built = staging / package.rstrip("/").rsplit("/", 1)[-1]
+        if built.name != name:
+            built.rename(staging / name)
+    for files in group.files:
+        _copy_module_files(group, files, staging / files.into, env)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     _say(f"built {group.name} in {int(elapsed)}s -> {target}")
+
+
+def module_root(group: ToolGroup, module: str, env: dict[str, str] | None = None) -> Path:
+    """Where the pinned ``module`` of ``group`` lies in the Go module cache (downloaded by the build)."""
+    result = subprocess.run(
+        [_go(), "list", "-m", "-f", "{{.Dir}}", module],
+        cwd=group.module_dir,
+        env=env or go_env(group),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    path = Path(result.stdout.strip())
+    if result.returncode != 0 or not result.stdout.strip() or not path.is_dir():
+        why = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "not in the module cache"
+        raise ToolError(f"cannot locate module {module} of the {group.name} tools: {why}")
+    return path
+
+
+def _copy_module_files(group: ToolGroup, files: ModuleFiles, dest: Path, env: dict[str, str]) -> None:
+    root = module_root(group, files.module, env)
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for pattern in files.globs:
+        for path in sorted(root.glob(pattern)):
+            shutil.copyfile(path, dest / path.name)
+            copied += 1
+    if copied == 0:
+        raise ToolError(f"no file of {files.module} matches {', '.join(files.globs)} (looked in {root})")
+
+
+def files_dir(tool: str, into: str) -> Path:
+    """The folder of module files (``ModuleFiles.into``) that the build of ``tool``'s group copied."""
+    ensure([tool])
+    folder = group_dir(_group_of(tool)) / into
+    if not folder.is_dir():
+        raise ToolError(f"{folder} is missing: `llmjob tools build {tool}` copies it")
+    return folder
 
 
 def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
