@@ -72,6 +72,7 @@ class PlanApplier:
         kueue: KueueSync,
         marker: NodeMarker,
         evictor: LiveEvictor,
+        karpenter: bool = False,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -80,6 +81,8 @@ class PlanApplier:
         self.kueue = kueue
         self.marker = marker
         self.evictor = evictor
+        self.karpenter = karpenter
+        """Avoid nodes that repel pods by themselves with preferred terms (``builders.worker._affinity``)."""
 
     async def pods(self, job: LLMTrainingJob, decided: Plan, body: kopf.Body, logger: kopf.Logger) -> Applied:
         """Everything of the plan before its status: metrics, nodes, live members, deletions, creations."""
@@ -99,7 +102,15 @@ class PlanApplier:
             self.expect.expect_deleted(d.pod.uid)
         pods = [
             self.kueue.place(
-                worker_pod(job, index, decided.attempt, decided.avoid_nodes, decided.placement), job
+                worker_pod(
+                    job,
+                    index,
+                    decided.attempt,
+                    decided.avoid_nodes,
+                    decided.placement,
+                    decided.avoid_hard if self.karpenter else None,
+                ),
+                job,
             )
             for index in decided.create
         ]

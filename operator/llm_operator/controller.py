@@ -81,6 +81,7 @@ class JobController:
             self.kueue,
             NodeMarker(kube, settings.mark_unhealthy_nodes),
             self.live,
+            settings.karpenter,
         )
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants (``apply.at_size``):

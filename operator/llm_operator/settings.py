@@ -55,6 +55,10 @@ class Settings:
     """Label and taint (NoSchedule) a node a worker found unhealthy, for every workload
     (LLMJOB_MARK_UNHEALTHY_NODES=true; needs `patch` on nodes). Off: only the job avoids it."""
     index_audit_seconds: float = DEFAULT_INDEX_AUDIT_SECONDS
+    karpenter: bool = False
+    """Karpenter launches the cluster's nodes (LLMJOB_KARPENTER; the chart's karpenter.enabled, auto by
+    default): a worker avoids a node that repels pods by itself (a taint, a cordon, gone) with a preferred
+    term, since Karpenter launches nothing for a pod with a matchFields term."""
     node_conditions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CONDITIONS))
     """Node condition type -> the status that means unhealthy (LLMJOB_NODE_CONDITIONS, a JSON object; the
     chart's nodeHealth.conditions; {} reads none): a worker on such a node is replaced at once and the node
@@ -86,6 +90,7 @@ class Settings:
             mark_unhealthy_nodes=_flag(env, "LLMJOB_MARK_UNHEALTHY_NODES", default=False),
             index_audit_seconds=_seconds(env, "LLMJOB_INDEX_AUDIT_SECONDS", DEFAULT_INDEX_AUDIT_SECONDS),
             node_conditions=dict(DEFAULT_NODE_CONDITIONS) if conditions is None else conditions,
+            karpenter=_flag(env, "LLMJOB_KARPENTER", default=False),
             peering_lifetime_seconds=_whole_seconds(
                 env, "LLMJOB_PEERING_LIFETIME", DEFAULT_PEERING_LIFETIME_S
             ),

@@ -152,8 +152,10 @@ def peered_operator(
         proc.stop()
 
 
-def _training(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Training]:
-    env = {"LLMJOB_PROGRESS_SECONDS": str(PROGRESS_SECONDS)}
+def _training(
+    cluster: LocalCluster, namespace: str, tmp_path: Path, extra_env: dict[str, str] | None = None
+) -> Iterator[Training]:
+    env = {"LLMJOB_PROGRESS_SECONDS": str(PROGRESS_SECONDS), **(extra_env or {})}
     operator = PeeredOperatorProcess(namespace, tmp_path, ["--namespace", namespace], [], env)
     world = Training(cluster, namespace, operator)
     world.setup_volume()

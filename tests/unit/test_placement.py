@@ -109,3 +109,21 @@ def test_node_still_lost_keeps_the_replacement_waiting() -> None:
     nodes = {"node-0": node("node-0"), "node-1": node("node-1", ready=False, not_ready_since=NOW - 9)}
     p = plan(job(status=_status(), **spec), pods, nodes, pods, NOW)
     assert p.delete == [] and p.avoid_nodes == ("node-1",)
+
+
+def test_with_karpenter_only_nodes_nothing_else_repels_are_required_terms() -> None:
+    from llm_operator.policy.placement import needs_term
+
+    tainted = node("t", taints=(("karpenter.sh/disrupted", "NoSchedule", None),))
+    assert not needs_term(tainted) and not needs_term(None) and not needs_term(node("c", unschedulable=True))
+    assert needs_term(node("sick", failing=(("AcceleratedHardwareReady", None),)))
+    body = worker_pod(job(), 1, 0, ["t", "sick"], None, hard=["sick"])
+    affinity = body["spec"]["affinity"]["nodeAffinity"]
+    required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all(f["values"] == ["sick"] for t in required for f in t.get("matchFields", []))
+    preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [p["preference"]["matchFields"][0]["values"] for p in preferred] == [["t"]]
+    everything = worker_pod(job(), 1, 0, ["t", "sick"])["spec"]["affinity"]["nodeAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in everything, (
+        "without Karpenter: all required"
+    )

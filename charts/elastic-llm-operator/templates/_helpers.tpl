@@ -127,6 +127,11 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 {{- if or (eq $v "true") (and (eq $v "auto") (.Capabilities.APIVersions.Has "kueue.x-k8s.io/v1beta2/Workload")) }}true{{ end }}
 {{- end }}
 
+{{- define "llmop.karpenterEnabled" -}}
+{{- $v := toString .Values.karpenter.enabled }}
+{{- if or (eq $v "true") (and (eq $v "auto") (.Capabilities.APIVersions.Has "karpenter.sh/v1/NodePool")) }}true{{ end }}
+{{- end }}
+
 {{/* Whether the cluster serves a Prometheus Operator kind (argument: the kind, e.g. ServiceMonitor). */}}
 {{- define "llmop.hasMonitoringKind" -}}
 {{- if .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) }}true{{ end }}

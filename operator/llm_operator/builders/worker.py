@@ -247,11 +247,21 @@ def _in(key: str, values: Iterable[str]) -> dict[str, Any]:
     return {"key": key, "operator": "In", "values": sorted(set(values))}
 
 
+AVOID_WEIGHT = 100
+"""Weight of a preferred term against an avoided node (``hard`` given: the node repels pods by itself)."""
+
+
 def _affinity(
-    job: LLMTrainingJob, avoid_nodes: Iterable[str] = (), placement: Placement | None = None
+    job: LLMTrainingJob,
+    avoid_nodes: Iterable[str] = (),
+    placement: Placement | None = None,
+    hard: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """User affinity + instance types + nodes to avoid (ANDed into every required term) + topology
-    (``placement``) + spread over hosts."""
+    (``placement``) + spread over hosts. With ``hard`` given (an autoscaler such as Karpenter serves the
+    cluster) only those avoided nodes are required terms, the others preferred: Karpenter launches no node
+    for a pod with a ``matchFields`` term (its scheduling refuses them), and those others repel pods with a
+    taint or a cordon anyway."""
     affinity = copy.deepcopy(job.spec.scheduling.affinity)
     types = job.spec.scheduling.instanceTypes
     if types:
@@ -260,9 +270,16 @@ def _affinity(
     # By node name (matchFields), not the hostname label, which need not equal the name. The scheduler
     # honours it even before its cache has seen the node's taint or cordon. The API allows one value per
     # metadata.name requirement: one NotIn per node, ANDed.
+    required = set(avoid_nodes) if hard is None else set(avoid_nodes) & set(hard)
     for name in sorted(set(avoid_nodes)):
         field = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [name]}
-        _and_into_required(affinity, "matchFields", field)
+        if name in required:
+            _and_into_required(affinity, "matchFields", field)
+        else:
+            preferred = affinity.setdefault("nodeAffinity", {})
+            preferred.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+                {"weight": AVOID_WEIGHT, "preference": {"matchFields": [field]}}
+            )
     if placement is not None:
         _topology_terms(job, affinity, placement)
     anti = affinity.setdefault("podAntiAffinity", {})
@@ -310,6 +327,7 @@ def worker_pod(
     attempt: int,
     avoid_nodes: Iterable[str] = (),
     placement: Placement | None = None,
+    hard: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """The worker pod for replica ``index`` made in restart ``attempt``.
 
@@ -357,7 +375,7 @@ def worker_pod(
         "containers": [container],
         "volumes": volumes,
         "tolerations": tolerations(job),
-        "affinity": _affinity(job, avoid_nodes, placement),
+        "affinity": _affinity(job, avoid_nodes, placement, hard),
     }
     sched = job.spec.scheduling
     if sched.nodeSelector:

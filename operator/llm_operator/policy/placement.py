@@ -15,8 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from llm_operator.observe import NodeView, PodView
+from llm_operator import labels
+from llm_operator.observe import (
+    TAINT_NOT_READY,
+    TAINT_UNREACHABLE,
+    TAINT_UNSCHEDULABLE,
+    TERMINATION_TAINTS,
+    NodeView,
+    PodView,
+)
 from llm_operator.policy.health import node_rule
+
+REPELLING_TAINTS = frozenset(
+    {TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE, labels.UNHEALTHY_NODE, *TERMINATION_TAINTS}
+)
+"""Taints (NoSchedule or NoExecute) that keep a worker off a node with no term of ours: the node lifecycle
+controller's, a drain's, Karpenter's and AWS Node Termination Handler's, and the operator's own mark."""
 
 
 def node_signal(node: NodeView) -> str | None:
@@ -32,6 +46,16 @@ def nodes_to_avoid(nodes: Iterable[NodeView], deleted: Iterable[str] = ()) -> tu
     bad = {n.name for n in nodes if node_signal(n) is not None}
     bad.update(name for name in deleted if name)
     return tuple(sorted(bad))
+
+
+def needs_term(node: NodeView | None) -> bool:
+    """Whether only a term of ours keeps new workers off an avoided node: it exists, is not cordoned and
+    carries no repelling taint (a node condition from the platform, a failed health check unmarked)."""
+    if node is None or node.unschedulable:
+        return False
+    return not any(
+        key in REPELLING_TAINTS and effect in ("NoSchedule", "NoExecute") for key, effect, _ in node.taints
+    )
 
 
 def stale_avoidance(pod: PodView, avoid_now: Iterable[str], nodes: Mapping[str, NodeView]) -> tuple[str, ...]:

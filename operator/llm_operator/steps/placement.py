@@ -4,7 +4,7 @@ whose avoidance went stale."""
 from __future__ import annotations
 
 from llm_operator.policy.health import NODE_DELETED
-from llm_operator.policy.placement import nodes_to_avoid, stale_avoidance
+from llm_operator.policy.placement import needs_term, nodes_to_avoid, stale_avoidance
 from llm_operator.steps.state import Deletion, PassState
 
 AVOIDED_NODE_USABLE = "AvoidedNodeUsable"
@@ -16,6 +16,7 @@ def observe_nodes(s: PassState) -> None:
         s.out.wake_at(h.recheck_at)
     deleted = [p.node for p, h in s.verdicts if h.signal == NODE_DELETED]
     s.out.avoid_nodes = nodes_to_avoid(s.nodes.values(), deleted)
+    s.out.avoid_hard = tuple(n for n in s.out.avoid_nodes if needs_term(s.nodes.get(n)))
 
 
 def renew_stale_avoidance(s: PassState) -> None:

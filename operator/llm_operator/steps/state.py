@@ -49,6 +49,9 @@ class Plan:
     avoid_nodes: tuple[str, ...] = ()
     """Nodes new workers must not land on (lost, terminating, cordoned, just deleted, or found
     unhealthy by a worker's health check)."""
+    avoid_hard: tuple[str, ...] = ()
+    """Of ``avoid_nodes``, those only a required term keeps new workers off (``placement.needs_term``):
+    where Karpenter serves the cluster the others become preferred terms, which it accepts."""
     unhealthy: list[tuple[str, str]] = field(default_factory=list)
     """(node, check) of nodes found unhealthy this pass, for metrics and node marking."""
     requeue_at: float | None = None
