@@ -11,6 +11,7 @@ run uses.
 
     python bench/live_recovery.py --events 10 --cold-joins 3
     python bench/live_recovery.py --events 3 --cold-joins 0 --no-evict   # no operator: 3 s leases
+    python bench/live_recovery.py --events 5 --cold-joins 0 --graceful   # SIGTERM: a drained node's leave
 
 Writes a JSON report (``--out``) and prints a Markdown table.
 """
@@ -159,6 +160,11 @@ def main() -> int:
         action="store_true",
         help="do not evict lost members: they leave when their lease expires",
     )
+    parser.add_argument(
+        "--graceful",
+        action="store_true",
+        help="the member leaves on SIGTERM (a drained node, a scale down) instead of being killed",
+    )
     parser.add_argument("--timeout", type=float, default=240.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="live_recovery.json")
@@ -172,6 +178,8 @@ def main() -> int:
     steps_lost: list[int] = []
     warm_s: list[float] = []
     cold_s: list[float] = []
+    saves: list[int] = []
+    """Checkpoints written between a loss and the survivors' first step (a graceful leave saved one?)."""
     with LocalEtcd(etcd_binary(), work / "etcd") as server:
         client = EtcdClient(parse_endpoints(server.endpoint))
         job = Job(data, work / "metrics.jsonl", server.endpoint, logs, args.step_seconds)
@@ -188,11 +196,15 @@ def main() -> int:
                 name = rng.choice(job.training())
                 before = job.records()
                 last_step = int(before[-1]["step"])
+                saved_before = len(list((work / "ckpt").glob("step-*")))
                 killed_at = time.time()
-                os.killpg(job.members[name].pid, signal.SIGKILL)
-                if not args.no_evict:
-                    evict(client, PREFIX, name)
-                job.members[name].wait(10)
+                if args.graceful:
+                    os.killpg(job.members[name].pid, signal.SIGTERM)
+                else:
+                    os.killpg(job.members[name].pid, signal.SIGKILL)
+                    if not args.no_evict:
+                        evict(client, PREFIX, name)
+                job.members[name].wait(120)
 
                 def resumed(n: int = len(before)) -> dict[str, Any] | None:
                     for record in job.records()[n:]:
@@ -202,6 +214,7 @@ def main() -> int:
 
                 first = wait(resumed, args.timeout, f"steps after losing {name}")
                 loss_s.append(first["time"] - killed_at)
+                saves.append(len(list((work / "ckpt").glob("step-*"))) - saved_before)
                 steps_lost.append(max(0, last_step - int(first["resumed_from"])))
                 # -- a warm spare joins --
                 spare = job.members[f"m{job.count - 1}"]
@@ -259,15 +272,23 @@ def main() -> int:
         "steps_lost": steps_lost,
         "warm_join_s": warm_s,
         "cold_join_s": cold_s,
+        "checkpoints_saved_per_loss": saves,
     }
     Path(args.out).write_text(json.dumps(report, indent=2))
     print("| event | n | p50 s | p99 s | max s |")
     print("|---|---|---|---|---|")
-    how = "SIGKILL, lease expiry" if args.no_evict else "SIGKILL + evict"
+    how = (
+        "SIGTERM, graceful"
+        if args.graceful
+        else "SIGKILL, lease expiry"
+        if args.no_evict
+        else "SIGKILL + evict"
+    )
     print(row(f"lost member ({how}) -> first step after resume", loss_s))
     print(row("warm spare released -> first step at full size", warm_s))
     print(row("cold joiner started -> first step at full size", cold_s))
     print(f"completed steps lost per loss event: {steps_lost} (sum {sum(steps_lost)})")
+    print(f"checkpoints written between a loss and the next step: {saves}")
     print(f"metrics log: {len(job.records())} steps, each once, on the uninterrupted run's samples")
     return 0
 

@@ -117,6 +117,7 @@ def test_with_karpenter_only_nodes_nothing_else_repels_are_required_terms() -> N
     tainted = node("t", taints=(("karpenter.sh/disrupted", "NoSchedule", None),))
     assert not needs_term(tainted) and not needs_term(None) and not needs_term(node("c", unschedulable=True))
     assert needs_term(node("sick", failing=(("AcceleratedHardwareReady", None),)))
+    assert not needs_term(node("lost", ready=False, not_ready_since=NOW, taints=()))
     body = worker_pod(job(), 1, 0, ["t", "sick"], None, hard=["sick"])
     affinity = body["spec"]["affinity"]["nodeAffinity"]
     required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

@@ -24,7 +24,7 @@ from llm_operator.observe import (
     NodeView,
     PodView,
 )
-from llm_operator.policy.health import node_rule
+from llm_operator.policy.health import node_lost_since, node_rule
 
 REPELLING_TAINTS = frozenset(
     {TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE, labels.UNHEALTHY_NODE, *TERMINATION_TAINTS}
@@ -49,9 +49,11 @@ def nodes_to_avoid(nodes: Iterable[NodeView], deleted: Iterable[str] = ()) -> tu
 
 
 def needs_term(node: NodeView | None) -> bool:
-    """Whether only a term of ours keeps new workers off an avoided node: it exists, is not cordoned and
-    carries no repelling taint (a node condition from the platform, a failed health check unmarked)."""
-    if node is None or node.unschedulable:
+    """Whether only a term of ours keeps new workers off an avoided node: it exists, is Ready, is not
+    cordoned and carries no repelling taint (a node condition from the platform, a failed health check
+    unmarked). A NotReady node gets the node lifecycle controller's taints within its monitor period, and
+    starts no pod meanwhile."""
+    if node is None or node.unschedulable or node_lost_since(node) is not None:
         return False
     return not any(
         key in REPELLING_TAINTS and effect in ("NoSchedule", "NoExecute") for key, effect, _ in node.taints
