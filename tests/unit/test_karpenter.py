@@ -60,7 +60,11 @@ def test_pool_settings_become_limits_capacity_types_and_disruption() -> None:
     policy = "WhenEmptyOrUnderutilized"
     settings = PoolSettings(3, ("spot",), consolidation_policy=policy, consolidate_after="5s")
     spec = manifests.node_pool("gpu", settings)["spec"]
-    assert spec["limits"] == {"nodes": "3"}
+    assert spec["limits"] == {"nodes": "3", marks.GPU_RESOURCE: "24"}  # GPUs: also inside one batch
+    assert manifests.node_pool("cpu", PoolSettings(node_limit=2))["spec"]["limits"] == {
+        "nodes": "2",
+        "cpu": "16",
+    }
     assert spec["disruption"] == {"consolidationPolicy": policy, "consolidateAfter": "5s"}
     requirements = spec["template"]["spec"]["requirements"]
     [capacity] = [r for r in requirements if r["key"] == catalog.CAPACITY_TYPE_LABEL]
