@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= operator,trainer,dev
 PYTEST_ARGS ?=
 
-.PHONY: help setup tools images test test-unit lint crds demo bench clean-cluster
+.PHONY: help setup tools images test test-unit lint crds demo bench clean-cluster release
 
 help:
 	@echo "make demo    - build tools (first run), local cluster whose pods run, the operator and a job that trains through a node loss"
@@ -17,6 +17,8 @@ help:
 	@echo "make setup   - create .venv with the operator, trainer and dev extras"
 	@echo "make tools   - build the pinned upstream binaries into the per-machine cache"
 	@echo "make images  - build the operator and trainer images with podman + runc (offline, cached by content)"
+	@echo "make release - dist/release/<version>/: chart, CRD bundle, wheels + sdists, images tagged, SBOMs, SHA256SUMS"
+	@echo "              RELEASE_ARGS=--save-images: the images as OCI archives too"
 
 setup: $(VENV)/.installed
 
@@ -55,6 +57,12 @@ crds: setup
 	  crds/elasticllm.dev_clusterllmtrainingruntimes.yaml charts/elastic-llm-operator/crds/
 	$(BIN)/llmjob api-docs > docs/api.md
 	$(BIN)/python deploy/kustomize/render_base.py
+
+# The version is pyproject.toml's; the chart gets it as --version/--app-version. PYTHONPATH and LLMJOB_REPO_ROOT
+# make the release read this tree even when .venv (VENV=...) was installed from another checkout.
+release: setup
+	PYTHONPATH=operator:runtime:trainer:testbed$${PYTHONPATH:+:$$PYTHONPATH} LLMJOB_REPO_ROOT=$(CURDIR) \
+	  $(BIN)/python -m llm_testbed.release $(RELEASE_ARGS)
 
 demo: setup tools
 	$(BIN)/llmjob demo $(DEMO_ARGS)

@@ -133,13 +133,13 @@ class PlanApplier:
         for level, reason, message in events:
             kopf.event(body, type=level, reason=reason, message=message)
         namespace, name = self.namespace, self.name
-        metrics.observe_job(
-            namespace,
-            name,
-            status["phase"],
-            status["desiredReplicas"],
-            status["targetReplicas"],
-            status["readyReplicas"],
-        )
+        sizes = {
+            "desired": status["desiredReplicas"],
+            "target": status["targetReplicas"],
+            "ready": status["readyReplicas"],
+            "members": status.get("members"),
+            "waiting": status.get("waitingForCapacity", 0),
+        }
+        metrics.observe_job(namespace, name, status["phase"], sizes)
         metrics.observe_progress(namespace, name, status.get("progress"), applied.now)
         metrics.observe_topology(namespace, name, bool((status.get("topology") or {}).get("spread")))

@@ -12,13 +12,16 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
+from llm_operator.logs import FORMATS as LOG_FORMATS
 from llm_operator.render import RenderError, render_documents, write_documents
 from llm_operator.settings import Settings
 
 EXIT_USAGE = 2
+DISTRIBUTION = "elastic-llm-operator"
+"""The installed project whose version ``llmjob --version`` prints (pyproject.toml's, the one version)."""
 PLUGIN_GROUP = "llmjob.commands"
 """Entry-point group of the plugins that add commands to ``llmjob``."""
 
@@ -113,6 +116,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def installed_version() -> str:
+    """The installed project's version (its metadata, written from pyproject.toml)."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install .)"
+
+
 def build_parser(plugins: Sequence[Register] = ()) -> argparse.ArgumentParser:
     """The whole command line: the built-in commands, the installed plugins', then ``plugins`` (those not
     installed already; ``python -m llm_testbed`` passes its own)."""
@@ -122,6 +133,7 @@ def build_parser(plugins: Sequence[Register] = ()) -> argparse.ArgumentParser:
         epilog=f"Plugins add more commands (entry-point group {PLUGIN_GROUP}); the test bed's cluster, tools,"
         " chaos and demo appear once the project is installed (`make setup`, `pip install -e .`).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("render", help="print every object the operator would create for job manifests")
@@ -192,6 +204,13 @@ def build_parser(plugins: Sequence[Register] = ()) -> argparse.ArgumentParser:
         " patch on nodes (same as LLMJOB_MARK_UNHEALTHY_NODES=true)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line (timestamp, severity, logger, message; a job's lines"
+        " also name it under 'object'); docs/operations.md, \"Logs\"",
+    )
     p.set_defaults(func=_cmd_operator)
 
     registered: list[Register] = []

@@ -57,8 +57,15 @@ class JobController:
         self.expect = Expectations()
         self.status = StatusWriter(kube, namespace, name)
         self.runtime = RuntimeResolver(kube, namespace, name)
+        self.live = LiveEvictor(kube, namespace)
         self.prober = ProgressProber(
-            (namespace, name), settings.progress_seconds, self.runtime, self.status, self.wake
+            (namespace, name),
+            settings.progress_seconds,
+            self.runtime,
+            self.status,
+            self.wake,
+            self.live.generation_pods,
+            kube.failed_scheduling,
         )
         self.ghosts = ghosts if ghosts is not None else Ghosts()
         """Pods the index holds that are gone (shared by every controller; see ``llm_operator.ghosts``)."""
@@ -73,7 +80,7 @@ class JobController:
             self.expect,
             self.kueue,
             NodeMarker(kube, settings.mark_unhealthy_nodes),
-            LiveEvictor(kube, namespace),
+            self.live,
         )
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants (``apply.at_size``):

@@ -76,9 +76,9 @@ async def worker_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodVie
 
 
 @kopf.index("nodes")
-async def nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeView]:
+async def nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, NodeView]:
     """Every node's health and placement facts by name."""
-    return {name: node_view(dict(body))}
+    return {name: node_view(dict(body), running_jobs(memo).settings.node_conditions)}
 
 
 @kopf.on.event("pods", labels=WORKER_LABELS)
@@ -94,7 +94,8 @@ async def pod_changed(
 async def node_changed(body: kopf.Body, name: str, type: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """A node's health, taints or schedulability changed (not a heartbeat): wake the jobs it concerns
     (``RunningJobs.node_changed``); every job still passes every 30 s."""
-    health = node_health(node_view(dict(body)), deleted=type == "DELETED")
+    view = node_view(dict(body), running_jobs(memo).settings.node_conditions)
+    health = node_health(view, deleted=type == "DELETED")
     running_jobs(memo).node_changed(name, health, kwargs["worker_pods"])
 
 

@@ -25,12 +25,16 @@ JobKey = tuple[str, str]
 """(namespace, name) of a job."""
 
 NodeHealth = tuple[bool, bool, tuple[tuple[str, str], ...]]
-"""(ready, unschedulable, taints as (key, effect)): what a node event must change to wake jobs."""
+"""(ready, unschedulable, taints as (key, effect) and failing conditions as ("condition:<type>", "")): what
+a node event must change to wake jobs (a condition that clears is room coming back, like a taint)."""
 
 
 def node_health(view: NodeView, deleted: bool) -> NodeHealth | None:
     """What of a node decides whether its event wakes anyone; None for a deleted node."""
-    return None if deleted else (view.ready, view.unschedulable, tuple((k, e) for k, e, _ in view.taints))
+    if deleted:
+        return None
+    failing = tuple(("condition:" + kind, "") for kind, _ in view.failing)
+    return (view.ready, view.unschedulable, tuple((k, e) for k, e, _ in view.taints) + failing)
 
 
 def node_improved(old: NodeHealth | None, new: NodeHealth | None) -> bool:

@@ -17,6 +17,8 @@ from llm_operator.api.models import (
     RUNTIME_PLURAL,
     VERSION,
 )
+from llm_operator.observe import parse_time
+from llm_operator.policy.unschedulable import SchedulingEvent
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -127,6 +129,33 @@ class Kube:
             and p.status.pod_ip
             and p.metadata.deletion_timestamp is None
         ]
+
+    async def failed_scheduling(self, namespace: str) -> list[SchedulingEvent]:
+        """The namespace's ``FailedScheduling`` events of pods (one LIST with field selectors)."""
+        try:
+            listed: Any = await self.core.list_namespaced_event(
+                namespace, field_selector="reason=FailedScheduling,involvedObject.kind=Pod"
+            )
+        except ApiException as exc:
+            raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
+        out = []
+        for item in listed.items:
+            source = (item.source.component if item.source is not None else None) or item.reporting_component
+            when = (
+                item.last_timestamp
+                or item.event_time
+                or item.first_timestamp
+                or item.metadata.creation_timestamp
+            )
+            out.append(
+                SchedulingEvent(
+                    pod=str(item.involved_object.name or ""),
+                    source=str(source or ""),
+                    message=str(item.message or ""),
+                    time=parse_time(when) or 0.0,
+                )
+            )
+        return out
 
     async def pod_uids(self, namespace: str, selector: dict[str, str]) -> set[str]:
         """UIDs of the pods whose labels match ``selector``, by a consistent read (no resourceVersion:

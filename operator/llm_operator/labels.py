@@ -29,6 +29,10 @@ UNHEALTHY_NODE = f"{PREFIX}/unhealthy"
 # without the term (policy.placement.stale_avoidance).
 AVOIDED_NODES = f"{PREFIX}/avoided-nodes"
 
+# On every worker pod unless its podTemplate says otherwise: Karpenter never consolidates, drifts or expires
+# a node away from under a training worker (a voluntary disruption of a node that runs one waits for it).
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
 # On a worker pod pinned to its job's survivors' domain (spec.scheduling.topology): the domain (a value of
 # the topology key), for people and tools; the operator reads the node's label, not this.
 TOPOLOGY_DOMAIN = f"{PREFIX}/topology-domain"

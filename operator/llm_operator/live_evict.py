@@ -1,4 +1,5 @@
-"""Remove a lost worker's live members from the job's etcd at once (failurePolicy.recovery inProcess).
+"""The job's live membership as the operator reaches it (failurePolicy.recovery inProcess): remove a lost
+worker's members at once, and read which workers the training generation holds.
 
 The training processes of an inProcess job are members of a live membership in the job's etcd
 (``llm_elastic.live``): one lease-backed key ``<prefix>members/<pod>.<pid>`` per process. When the
@@ -11,6 +12,10 @@ Where etcd is: the job's ``rendezvous.endpoint`` when given; otherwise the opera
 pod's IP (reachable from the operator in a cluster, where the job's NetworkPolicy admits the operator's
 pods, and on the local pod runner, where pod IPs are loopback addresses), else its Service name.
 Best effort and bounded: on any failure the lease (a few seconds) still removes the members.
+
+The generation record (``<prefix>generation``, written by the members) is read the same way
+(``POST /v3/kv/range``): the progress prober folds it into ``status.members``
+(``llm_operator.policy.membership``).
 """
 
 from __future__ import annotations
@@ -30,11 +35,14 @@ from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders import rendezvous
 from llm_operator.builders.worker import live_prefix
 from llm_operator.kube import Kube, KubeError
+from llm_operator.policy.membership import member_pods
 
 log = logging.getLogger(__name__)
 
 EVICT_TIMEOUT = 2.0
 """Seconds the whole eviction may take before the operator goes on deleting the pods."""
+ADDRESS_SECONDS = 60.0
+"""How long a looked-up etcd address is reused by the generation reads (a failed read looks it up again)."""
 
 
 def member_range(prefix: str, pod: str) -> tuple[str, str]:
@@ -85,12 +93,57 @@ async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: fl
     return sum(counts)
 
 
+async def read_generation_members(address: str, prefix: str, timeout: float = EVICT_TIMEOUT) -> list[str]:
+    """The member ids of the generation stored under ``prefix`` at etcd ``address`` ([] when none yet).
+
+    Raises ``RuntimeError`` (with the reason) when etcd cannot be reached, refuses, or the record is not
+    one the runtime writes."""
+    host, _, port = address.rpartition(":")
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v3/kv/range"
+    body = {"key": base64.b64encode(f"{prefix}generation".encode()).decode()}
+    try:
+        async with (
+            asyncio.timeout(timeout),
+            aiohttp.ClientSession() as session,
+            session.post(url, json=body) as response,
+        ):
+            text = await response.text()
+            if response.status != 200:
+                raise RuntimeError(f"etcd answered HTTP {response.status}: {text[:200]}")
+        kvs = json.loads(text).get("kvs") or []
+        if not kvs:
+            return []
+        record = json.loads(base64.b64decode(kvs[0]["value"]))
+        return [str(member) for member in record["members"]]
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"etcd at {address}: {type(exc).__name__}: {exc}") from exc
+
+
 class LiveEvictor:
-    """Evicts the live members of a job's lost workers through the job's etcd, for its controller."""
+    """Evicts the live members of a job's lost workers through the job's etcd, and reads its generation,
+    for its controller."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.kube = kube
         self.namespace = namespace
+        self._cached: tuple[str, float] | None = None
+        """The address the generation reads use, and when it was looked up (monotonic)."""
+
+    async def generation_pods(self, job: LLMTrainingJob) -> frozenset[str] | None:
+        """The workers (pod names) of the training generation, None when etcd cannot be read now."""
+        now = time.monotonic()
+        if self._cached is None or now - self._cached[1] > ADDRESS_SECONDS:
+            try:
+                self._cached = (await self.address(job), now)
+            except KubeError:
+                return None
+        try:
+            members = await read_generation_members(self._cached[0], live_prefix(job))
+        except RuntimeError as exc:
+            log.debug("reading the live generation failed: %s", exc)
+            self._cached = None
+            return None
+        return member_pods(members)
 
     async def address(self, job: LLMTrainingJob) -> str:
         """host:port of the job's etcd as the operator reaches it (see the module's docstring)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -19,6 +19,9 @@ RECONCILE_SECONDS = Histogram(
 )
 JOBS = Gauge("llmjob_jobs", "Jobs by phase", ["phase"])
 JOB_REPLICAS = Gauge("llmjob_job_replicas", "Workers per job", ["namespace", "llmjob", "kind"])
+JOB_PHASE = Gauge(
+    "llmjob_job_phase", "1 on the job's current phase (one series per job)", ["namespace", "llmjob", "phase"]
+)
 FAILURES = Counter("llmjob_failures_detected_total", "Lost workers by detection signal", ["signal"])
 REPLACEMENTS = Counter("llmjob_replacements_total", "Lost workers deleted for replacement")
 RESIZES = Counter("llmjob_resizes_total", "Target size changes", ["direction"])
@@ -64,6 +67,12 @@ REACTION = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
 )
 
+OPERATOR_STATE = Gauge(
+    "llmjob_operator_state",
+    "1 on this replica's peering state (active: it reconciles; docs/operations.md, the probe states)",
+    ["state"],
+)
+
 TOPOLOGY_SPREAD = Gauge(
     "llmjob_topology_spread_jobs",
     "Jobs with spec.scheduling.topology whose workers span more than one domain (status.topology.spread)",
@@ -73,11 +82,21 @@ _phases: dict[tuple[str, str], str] = {}
 _spread: set[tuple[str, str]] = set()
 
 
-def observe_job(namespace: str, job: str, phase: str, desired: int, target: int, ready: int) -> None:
-    """Record a job's phase and sizes after a pass."""
-    _phases[(namespace, job)] = phase
-    for kind, value in (("desired", desired), ("target", target), ("ready", ready)):
-        JOB_REPLICAS.labels(namespace, job, kind).set(value)
+REPLICA_KINDS = ("desired", "target", "ready", "members", "waiting")
+"""The ``kind`` label of ``llmjob_job_replicas``: members train in the live generation (absent until the
+workers report it); waiting are Pending for capacity the cluster does not have yet."""
+
+
+def observe_job(namespace: str, job: str, phase: str, sizes: Mapping[str, int | None]) -> None:
+    """Record a job's phase and sizes (by ``REPLICA_KINDS``; None: no series) after a pass."""
+    _set_phase(namespace, job, phase)
+    for kind in REPLICA_KINDS:
+        value = sizes.get(kind)
+        if value is None:
+            with contextlib.suppress(KeyError):
+                JOB_REPLICAS.remove(namespace, job, kind)
+        else:
+            JOB_REPLICAS.labels(namespace, job, kind).set(value)
     _refresh_phases()
 
 
@@ -111,13 +130,30 @@ def observe_topology(namespace: str, job: str, spread: bool) -> None:
 
 def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's series."""
-    _phases.pop((namespace, job), None)
+    _set_phase(namespace, job, None)
     observe_topology(namespace, job, False)
-    for kind in ("desired", "target", "ready"):
+    for kind in REPLICA_KINDS:
         with contextlib.suppress(KeyError):
             JOB_REPLICAS.remove(namespace, job, kind)
     observe_progress(namespace, job, None, 0.0)
     _refresh_phases()
+
+
+def observe_operator_state(state: str, states: Iterable[str]) -> None:
+    """Record this replica's peering state: 1 on ``state``, 0 on the other ``states``."""
+    for name in {*states, state}:
+        OPERATOR_STATE.labels(name).set(1 if name == state else 0)
+
+
+def _set_phase(namespace: str, job: str, phase: str | None) -> None:
+    """The job's phase in ``_phases`` and ``llmjob_job_phase`` (None: the job is gone)."""
+    old = _phases.pop((namespace, job), None)
+    if old is not None and old != phase:
+        with contextlib.suppress(KeyError):
+            JOB_PHASE.remove(namespace, job, old)
+    if phase is not None:
+        _phases[(namespace, job)] = phase
+        JOB_PHASE.labels(namespace, job, phase).set(1)
 
 
 def _refresh_phases() -> None:

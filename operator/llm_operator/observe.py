@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -155,6 +156,9 @@ class NodeView:
     taints: tuple[tuple[str, str, float | None], ...]  # (key, effect, timeAdded)
     labels: tuple[tuple[str, str], ...]
     allocatable_gpus: int
+    failing: tuple[tuple[str, float | None], ...] = ()
+    """(type, since) of the node conditions the platform reports unhealthy (the operator's
+    nodeHealth.conditions: the EKS node monitoring agent's by default), by type."""
 
     def taint(self, key: str) -> tuple[str, str, float | None] | None:
         """The first taint with this key, if any."""
@@ -165,11 +169,20 @@ class NodeView:
         return next((v for k, v in self.labels if k == key), None)
 
 
-def node_view(body: dict[str, Any]) -> NodeView:
-    """Parse a node body."""
+def node_view(body: dict[str, Any], unhealthy: Mapping[str, str] | None = None) -> NodeView:
+    """Parse a node body; ``unhealthy`` maps a condition type to the status that means the node is
+    unhealthy (``Settings.node_conditions``)."""
     meta = body.get("metadata", {})
     spec = body.get("spec") or {}
     status = body.get("status") or {}
+    watched = unhealthy or {}
+    failing = tuple(
+        sorted(
+            (str(c["type"]), parse_time(c.get("lastTransitionTime")))
+            for c in status.get("conditions") or []
+            if c.get("type") in watched and c.get("status") == watched[c["type"]]
+        )
+    )
     ready_cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     ready = ready_cond is not None and ready_cond.get("status") == "True"
     since = None if ready or ready_cond is None else parse_time(ready_cond.get("lastTransitionTime"))
@@ -190,4 +203,5 @@ def node_view(body: dict[str, Any]) -> NodeView:
         taints=taints,
         labels=tuple(sorted((meta.get("labels") or {}).items())),
         allocatable_gpus=allocatable,
+        failing=failing,
     )

@@ -19,7 +19,9 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.observe import PodView
+from llm_operator.policy.membership import LiveGeneration, track_outside
 from llm_operator.policy.progress import Progress, Sample
+from llm_operator.policy.unschedulable import SchedulingEvent
 from llm_operator.settings import TRAINER_METRICS_PORT
 
 __all__ = [
@@ -46,6 +48,7 @@ GAUGES = (
     "last_saved_step",
     "last_saved_timestamp_seconds",
     "job_process_restarts",
+    "world_size",
 )
 """The trainer's gauges one scrape reads (trainer/llm_trainer/metrics.py; the runtime library keeps them)."""
 PROBES_PER_JOB = 2
@@ -82,6 +85,7 @@ def parse_sample(text: str) -> Sample | None:
         last_saved_step=integer("last_saved_step"),
         last_saved_timestamp=values.get("last_saved_timestamp_seconds"),
         job_process_restarts=integer("job_process_restarts"),
+        world_size=integer("world_size"),
     )
 
 
@@ -135,6 +139,8 @@ class ProgressTracker:
         self.latest: Sample | None = None
         self.latest_at: float | None = None
         self.report_every = report_every
+        self.live: LiveGeneration | None = None
+        self.scheduling: tuple[SchedulingEvent, ...] = ()
 
     def record(self, samples: Iterable[Sample], now: float) -> None:
         """Fold one round of answers in: any change of step or last-step time counts as progress
@@ -150,5 +156,20 @@ class ProgressTracker:
         if (best.step, best.timestamp) != (self.step, self.timestamp):
             self.step, self.timestamp, self.advanced_at = best.step, best.timestamp, now
 
+    def record_members(self, members: frozenset[str] | None, ready: Iterable[str], now: float) -> None:
+        """Fold in one read of the live generation (None: unreadable, what was known stays)."""
+        if members is None:
+            return
+        previous = self.live.outside_since if self.live is not None else {}
+        self.live = LiveGeneration(members, track_outside(previous, ready, members, now))
+
     def progress(self) -> Progress:
-        return Progress(self.step, self.advanced_at, self.latest, self.latest_at, self.report_every)
+        return Progress(
+            self.step,
+            self.advanced_at,
+            self.latest,
+            self.latest_at,
+            self.report_every,
+            self.live,
+            self.scheduling,
+        )

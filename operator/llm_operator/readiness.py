@@ -32,6 +32,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from llm_operator import metrics
 from llm_operator.peering import PEERING_GROUP, PEERING_VERSION, PeeringTarget, reason_of
 
 log = logging.getLogger("llm_operator.readiness")
@@ -44,6 +45,8 @@ LIVENESS_GRACE_SECONDS = 90.0
 """Not serving for longer than this (and not merely standing by) fails liveness, so the pod restarts."""
 DEFAULT_LIFETIME = 60
 SERVING = frozenset({"active", "standby"})
+STATES = ("starting", "active", "standby", "conflict", "missing", "absent", "unknown")
+"""Every state a :class:`Verdict` can have (the ``state`` label of ``llmjob_operator_state``)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class ServingMonitor:
         self.identity = identity
         self.standalone = standalone
         self.current = Verdict("starting", "start-up checks running")
+        metrics.observe_operator_state(self.current.state, STATES)
         self.not_serving_since: float | None = time.monotonic()
         self._last_warning = 0.0
         self._keepalive_seen = False
@@ -133,6 +137,7 @@ class ServingMonitor:
         elif self.not_serving_since is None:
             self.not_serving_since = now
         self.current = new
+        metrics.observe_operator_state(new.state, STATES)
         if new.ready or new.state == "starting":
             if changed:
                 log.info(f"operator {new.state}: {new.detail}")

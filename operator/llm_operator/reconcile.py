@@ -23,6 +23,8 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | Kueue: no workers until admitted | ``steps.admission.hold_until_admitted`` |
 | finished: stop workers, TTL | ``steps.finish.finish`` |
 | topology terms of new workers (survivors' domain) | ``steps.topology.place_workers`` |
+| who trains; a ready worker left out of the generation | ``steps.membership.report_members`` |
+| a Pending worker no NodePool can ever place (Karpenter) | ``steps.capacity.report_unschedulable`` |
 | inProcess: failed workers leave the live membership | ``steps.live.evict_live_members`` |
 | checkpointDir not on a shared volume (warning) | ``steps.storage.checkpoint_sharing`` |
 | Kueue's verdict as condition + Event | ``steps.admission.admission_verdict`` |
@@ -42,9 +44,11 @@ from llm_operator.policy.admission import Admission
 from llm_operator.policy.progress import Progress
 from llm_operator.steps.admission import admission_verdict, hold_until_admitted
 from llm_operator.steps.below_min import below_min
+from llm_operator.steps.capacity import report_unschedulable
 from llm_operator.steps.failures import force_stuck_terminating, replace_lost, terminal_outcome
 from llm_operator.steps.finish import finish
 from llm_operator.steps.live import evict_live_members
+from llm_operator.steps.membership import report_members
 from llm_operator.steps.nodehealth import record_unhealthy, straggler_condition
 from llm_operator.steps.placement import observe_nodes, renew_stale_avoidance
 from llm_operator.steps.progress import detect_stall, report_progress
@@ -77,6 +81,8 @@ STEPS: tuple[Step, ...] = (
     hold_until_admitted,
     finish,
     place_workers,
+    report_members,
+    report_unschedulable,
     evict_live_members,
     checkpoint_sharing,
     admission_verdict,

@@ -15,6 +15,7 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.kube import connect
+from llm_operator.logs import configure_logging
 from llm_operator.peering import EXIT_NOT_READY, StartupError, peering_targets, prepare
 from llm_operator.readiness import ServingMonitor, serve_probes
 
@@ -84,10 +85,7 @@ async def operate(args: argparse.Namespace) -> int:
 
 def run_operator(args: argparse.Namespace) -> int:
     """Run until interrupted. Cluster-wide unless namespaces are given."""
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
     metrics.serve(args.metrics_port)
     with contextlib.suppress(asyncio.CancelledError):
         return asyncio.run(operate(args))

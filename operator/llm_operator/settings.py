@@ -19,6 +19,15 @@ DEFAULT_PEERING_LIFETIME_S = 10
 """A replica's peering entry counts as alive this long after its last keep-alive (kopf renews it 5-10 s
 before it runs out, at least every second): a standby takes over within this much of the active one's
 crash (kopf's own default, 60 s, made failover take up to a minute; docs/benchmarks.md, "HA failover")."""
+DEFAULT_NODE_CONDITIONS: dict[str, str] = {
+    "AcceleratedHardwareReady": "False",
+    "NetworkingReady": "False",
+    "StorageReady": "False",
+    "KernelReady": "False",
+    "ContainerRuntimeReady": "False",
+}
+"""Node condition types that mean the node is unhealthy, each with the status that says so: the five the
+EKS node monitoring agent sets on GPU nodes (EKS node auto repair acts on them minutes later)."""
 DEFAULT_OPERATOR_NAMESPACE = "elastic-llm-operator"
 DEFAULT_OPERATOR_POD_LABELS: dict[str, str] = {
     "app.kubernetes.io/name": "elastic-llm-operator",
@@ -46,6 +55,10 @@ class Settings:
     """Label and taint (NoSchedule) a node a worker found unhealthy, for every workload
     (LLMJOB_MARK_UNHEALTHY_NODES=true; needs `patch` on nodes). Off: only the job avoids it."""
     index_audit_seconds: float = DEFAULT_INDEX_AUDIT_SECONDS
+    node_conditions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CONDITIONS))
+    """Node condition type -> the status that means unhealthy (LLMJOB_NODE_CONDITIONS, a JSON object; the
+    chart's nodeHealth.conditions; {} reads none): a worker on such a node is replaced at once and the node
+    avoided until the condition clears."""
     peering_lifetime_seconds: int = DEFAULT_PEERING_LIFETIME_S
     """kopf's settings.peering.lifetime (LLMJOB_PEERING_LIFETIME, whole seconds >= 1; the chart's
     peering.lifetimeSeconds): how soon a standby replica takes over from a crashed one."""
@@ -56,10 +69,11 @@ class Settings:
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read LLMJOB_RENDEZVOUS_IMAGE, LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object),
         LLMJOB_OPERATOR_NAMESPACE, LLMJOB_OPERATOR_POD_LABELS (a JSON object), LLMJOB_KUEUE and
-        LLMJOB_PROGRESS_SECONDS, LLMJOB_MARK_UNHEALTHY_NODES, LLMJOB_INDEX_AUDIT_SECONDS and
-        LLMJOB_PEERING_LIFETIME."""
+        LLMJOB_PROGRESS_SECONDS, LLMJOB_MARK_UNHEALTHY_NODES, LLMJOB_INDEX_AUDIT_SECONDS,
+        LLMJOB_NODE_CONDITIONS and LLMJOB_PEERING_LIFETIME."""
         env = dict(os.environ) if environ is None else environ
         operator_labels = _string_map(env, "LLMJOB_OPERATOR_POD_LABELS")
+        conditions = _string_map(env, "LLMJOB_NODE_CONDITIONS")
         return cls(
             rendezvous_image=env.get("LLMJOB_RENDEZVOUS_IMAGE") or DEFAULT_RENDEZVOUS_IMAGE,
             rendezvous_node_selector=_string_map(env, "LLMJOB_DEFAULT_NODE_SELECTOR") or {},
@@ -71,6 +85,7 @@ class Settings:
             progress_seconds=_seconds(env, "LLMJOB_PROGRESS_SECONDS", DEFAULT_PROGRESS_SECONDS),
             mark_unhealthy_nodes=_flag(env, "LLMJOB_MARK_UNHEALTHY_NODES", default=False),
             index_audit_seconds=_seconds(env, "LLMJOB_INDEX_AUDIT_SECONDS", DEFAULT_INDEX_AUDIT_SECONDS),
+            node_conditions=dict(DEFAULT_NODE_CONDITIONS) if conditions is None else conditions,
             peering_lifetime_seconds=_whole_seconds(
                 env, "LLMJOB_PEERING_LIFETIME", DEFAULT_PEERING_LIFETIME_S
             ),

@@ -14,7 +14,8 @@ The public API (everything else is internal and may change):
 * the typed failures and exit codes (``llm_elastic.errors``); :class:`ExitOnErrorParser`,
   :func:`usage_error` -- options failing in one line, exit 2 (``llm_elastic.cli_errors``);
 * :func:`read_records`, :func:`audit` -- the step log read back and audited (``llm_elastic.metrics``,
-  ``llm_elastic.accounting``).
+  ``llm_elastic.accounting``);
+* :func:`configure_logging` -- text or JSON log lines (``LLMJOB_LOG_FORMAT``; ``llm_elastic.logs``).
 
 A test (tests/unit/test_import_contract.py) keeps the trainer, the benchmarks and the examples on these names.
 
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         StateLost,
         UsageError,
     )
+    from llm_elastic.logs import configure_logging
     from llm_elastic.metrics import read_records
     from llm_elastic.order import GlobalOrder
     from llm_elastic.persistence import RestoreFacts
@@ -87,6 +89,7 @@ _HOME: dict[str, str] = {
     "RecoveryExhausted": "llm_elastic.errors",
     "StateLost": "llm_elastic.errors",
     "UsageError": "llm_elastic.errors",
+    "configure_logging": "llm_elastic.logs",
     "read_records": "llm_elastic.metrics",
     "GlobalOrder": "llm_elastic.order",
     "RestoreFacts": "llm_elastic.persistence",
@@ -135,6 +138,7 @@ __all__ = [
     "UsageError",
     "WrapPolicy",
     "audit",
+    "configure_logging",
     "read_contract",
     "read_records",
     "usage_error",

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from llm_elastic.live.changes import Changes
+
 log = logging.getLogger(__name__)
 
 ABORT_TIMEOUT = 10.0
@@ -52,12 +54,12 @@ class Watchdog:
     def __init__(
         self,
         gone: Callable[[], bool],
-        alarm: threading.Event,
+        changes: Changes,
         groups: Callable[[], Sequence[Any]],
         abort: Callable[[Any], None] = abort_group,
     ) -> None:
         self._gone = gone
-        self._alarm = alarm
+        self._changes = changes
         self._groups = groups
         self._abort = abort
         self._stop = threading.Event()
@@ -74,24 +76,22 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
-        self._alarm.set()
+        self._changes.nudge()
         if self._thread is not None:
             self._thread.join(timeout=ABORT_TIMEOUT)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._alarm.wait()
-            self._alarm.clear()
-            if self._stop.is_set():
-                return
+            mark = self._changes.mark()  # before the read: an event during it is waited for below
             try:
                 gone = self._gone()
             except Exception:  # the store is out: no verdict; the next watch event asks again
                 log.debug("membership unreadable in the watchdog", exc_info=True)
-                continue
+                gone = False
             if gone:
                 self._abort_all()
                 return
+            self._changes.wait(mark, None)
 
     def _abort_all(self) -> None:
         groups = list(self._groups())

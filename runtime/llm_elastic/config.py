@@ -49,6 +49,10 @@ class ElasticConfig:
     """In process: seconds a silent member stays a member."""
     store_outage_seconds: float = 60.0
     """In process: how long a failed collective waits for an unreachable etcd before it is judged local."""
+    outside_warn_seconds: float = 60.0
+    """In process: a member that waits this long outside a healthy generation that is not full (one that
+    should take it in at its next step boundary) says so in its log, and every such wait is in the gauge
+    ``llm_trainer_outside_seconds``."""
     max_reforms: int = 8
     """In process: generations in a row that may fail before a step completes; then the next layer."""
     peer_stop_grace: float = 5.0
@@ -88,7 +92,7 @@ class ElasticConfig:
             out.append(("metrics_port", "must be a TCP port, or 0 for none"))
         if self.lease_ttl < 2:
             out.append(("lease_ttl", "must be at least 2 seconds"))
-        for name in ("collective_timeout", "live_collective_timeout", "form_timeout"):
+        for name in ("collective_timeout", "live_collective_timeout", "form_timeout", "outside_warn_seconds"):
             if getattr(self, name) <= 0:
                 out.append((name, "must be above 0"))
         return out

@@ -63,6 +63,7 @@ class InProcess(RecoveryMode):
         self.watchdog: Watchdog | None = None
         self.end_generation = False
         self.failed_generations = 0
+        self.outside_warned = False
 
     def check(self, wrap: WrapPolicy) -> None:
         if not wrap.elastic:
@@ -156,14 +157,35 @@ class InProcess(RecoveryMode):
             raise Leave(EXIT_NO_GENERATION) from None
 
     def _while_waiting(self, s: Elastic) -> None:
-        """Called while a generation forms: stop signals, and the standby state of a spare."""
+        """Called while a generation forms: stop signals, the standby state of a spare, and a member left
+        outside a generation that should have taken it in."""
         self._check_stop(s)
         membership = self.membership
-        if membership is not None and membership.standby != self.standby:
+        if membership is None:
+            return
+        if membership.standby != self.standby:
             self.standby = membership.standby
             s.reporter.update(standby=1.0 if self.standby else 0.0)
             if self.standby:
                 s.reporter.event("standby", time=time.time(), pid=os.getpid(), step=s.progress.step)
+        self._report_outside(s, membership)
+
+    def _report_outside(self, s: Elastic, membership: Membership) -> None:
+        """The guard for what no test foresaw: a gauge of the wait, and one warning past the bound."""
+        since = membership.outside_since
+        waited = 0.0 if since is None else time.monotonic() - since
+        s.reporter.update(outside_seconds=waited)
+        if since is None:
+            self.outside_warned = False
+        elif waited >= self.config.outside_warn_seconds and not self.outside_warned:
+            self.outside_warned = True
+            log.warning(
+                "member %s has waited %.0fs outside a running generation that is not full "
+                "(it should be taken in at the next step boundary)",
+                membership.member,
+                waited,
+            )
+            s.reporter.event("outside", time=time.time(), pid=os.getpid(), waited=round(waited, 1))
 
     @staticmethod
     def _check_stop(s: Elastic) -> None:
@@ -187,6 +209,8 @@ class InProcess(RecoveryMode):
         if self.standby:
             self.standby = False
             s.reporter.update(standby=0.0)
+        s.reporter.update(outside_seconds=0.0)
+        self.outside_warned = False
         s.world = World(gen.rank_of(s.contract.member), gen.world_size, gen.number)
         timeout = timedelta(seconds=self.config.live_collective_timeout)
         prefix = layout.store_prefix(s.contract.prefix, gen.number)
@@ -202,7 +226,7 @@ class InProcess(RecoveryMode):
         s.open_generation()
         if s.device.type == "cuda":  # NCCL: a lost peer raises nothing, so abort from the watch
             self.watchdog = Watchdog(
-                lambda: membership.member_gone(gen), membership.alarm, every_group
+                lambda: membership.member_gone(gen), membership.changes, every_group
             ).start()
 
         def receiving() -> None:
@@ -254,11 +278,12 @@ class InProcess(RecoveryMode):
     def at_boundary(self, s: Elastic, step: Step) -> bool:
         verdict = step.verdict
         assert verdict is not None
-        if verdict.stopping:
-            # Save while every member is still here: a suspend's signals reach members at different
-            # times; whoever is stopped last then finds this step saved.
-            s.persistence.save()
         if verdict.stopping >= s.world_size:
+            # No member stays: the state must outlive this generation. A graceful leave of some members
+            # (a drained node, a scale down) saves nothing: the survivors hold the whole state (every
+            # member a full replica, or under HSDP every host one), and whoever is stopped last (a
+            # suspend's signals arrive at different times) saves it here.
+            s.persistence.save()
             log.info("every member stopped at step %d (saved)", s.progress.step)
             raise Leave(0)
         if step.evicted is not None:

@@ -126,6 +126,7 @@ class Exporter:
             "process_restarts": "Times the pod's supervisor restarted this program (recovery layer 2)",
             "job_process_restarts": "Programs of this job restarted in their pods so far (layer 2)",
             "standby": "1 while this member waits as a standby spare (a full generation trains without it)",
+            "outside_seconds": "Seconds this member has waited outside a generation that should take it in",
         }
         for name, doc in specs.items():
             gauge = prom.Gauge(f"llm_trainer_{name}", doc, names, registry=registry)

@@ -43,6 +43,7 @@ def judge(exc: BaseException, membership: Membership, gen: Generation, config: E
     started = time.monotonic()
     deadline = started + (config.lease_ttl + 1.0 if comm else 0.0)
     while True:
+        mark = membership.changes.mark()
         try:
             if membership.differs(gen):
                 return True
@@ -55,4 +56,4 @@ def judge(exc: BaseException, membership: Membership, gen: Generation, config: E
                 deadline = started + config.store_outage_seconds
         if time.monotonic() >= deadline:
             return False
-        membership.changed.wait(0.05)
+        membership.changes.wait(mark, 0.05)

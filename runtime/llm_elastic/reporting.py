@@ -13,6 +13,7 @@ from typing import Any
 
 from llm_elastic.config import ElasticConfig
 from llm_elastic.data import ElasticSampler
+from llm_elastic.logs import set_context
 from llm_elastic.metrics import Exporter, StepLog, last_record, process_start_time
 from llm_elastic.persistence import RestoreFacts
 from llm_elastic.step import Step
@@ -61,7 +62,8 @@ class Reporter:
         self.step_log = StepLog(Path(cfg.step_log)) if cfg.step_log and rank == 0 else None
 
     def event(self, name: str, **fields: Any) -> None:
-        """One JSON event line on stdout."""
+        """One JSON event line on stdout (a generation's number and step also go to the log context)."""
+        set_context(**{k: fields[k] for k in ("generation", "step") if k in fields})
         print(json.dumps({"event": name, **fields}), flush=True)
 
     def update(self, **values: float) -> None:
@@ -81,6 +83,7 @@ class Reporter:
         """The gauges after a completed step."""
         self.steps_done += 1
         self.step_seconds += elapsed
+        set_context(step=progress.step)
         tokens = step.fields.get("tokens")
         self.exporter.update(
             step=progress.step,

@@ -166,7 +166,7 @@ def _story(cluster: LocalCluster, kube: Kubectl, args: argparse.Namespace) -> in
     )
     poll(lambda: _running_at(kube, 3), timeout=STEP_TIMEOUT, what="job Running at 3 (no spare node)")
     tl.mark(
-        "replacement unschedulable: shrunk, Running at 3/4",
+        "replacement unschedulable: shrunk, Running at 3/4 (it stays Pending, asking for capacity)",
         f"{time.monotonic() - t_fail:.1f}s after NotReady (pendingTimeoutSeconds 10)",
     )
     print(f">> 5/6 node {node} comes back", flush=True)

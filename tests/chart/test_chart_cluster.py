@@ -119,6 +119,9 @@ def test_install_creates_every_object_and_uninstall_leaves_only_the_crds(
     mode: str,
 ) -> None:
     release = f"it-{secrets.token_hex(3)}"
+    # The chart's own pods pass Pod Security "restricted": the install below goes into a namespace that
+    # enforces it, and the Deployment's replicas only become ready if admission let its pods in.
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     values = value_sets(watched)["monitoring" if mode == "cluster-wide" else "namespaced"]
     values_file = str(cluster_helm.values_file(values))
     manifest = cluster_helm.run(

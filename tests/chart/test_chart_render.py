@@ -91,6 +91,8 @@ def test_default_deployment(helm: Helm) -> None:
         "--all-namespaces",
         "--log-level",
         "info",
+        "--log-format",
+        "text",
     ]
     env = _env(container)
     assert env["LLMJOB_RENDEZVOUS_IMAGE"] == "quay.io/coreos/etcd:v3.6.16"
@@ -169,6 +171,8 @@ def test_namespaced_mode(helm: Helm) -> None:
         "team-b",
         "--log-level",
         "debug",
+        "--log-format",
+        "text",
     ]
     peerings = by_kind(objects, "KopfPeering")
     assert {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings} == {
@@ -225,7 +229,7 @@ def test_customized_values(helm: Helm) -> None:
     assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "llm-operator-sa"
     assert one(objects, "ClusterKopfPeering")["metadata"]["name"] == "llmop-peering"
     assert container["args"][1:3] == ["--peering", "llmop-peering"]
-    assert container["args"][-2:] == ["--log-level", "warning"]
+    assert container["args"][-4:] == ["--log-level", "warning", "--log-format", "text"]
     env = _env(container)
     assert env["LLMJOB_RENDEZVOUS_IMAGE"] == "registry.example.com/etcd:v3.6.16"
     assert json.loads(env["LLMJOB_DEFAULT_NODE_SELECTOR"]) == {"node.kubernetes.io/purpose": "system"}
@@ -334,3 +338,9 @@ def test_default_runtime_is_opt_in_and_valid(helm: Helm) -> None:
     policy = spec["failurePolicy"]
     assert policy["maxRestarts"] == 100 and policy["pendingTimeoutSeconds"] == 300
     assert validate_runtime(runtime) == []
+
+
+def test_log_format_reaches_the_operator(helm: Helm) -> None:
+    deployment = one(helm.template({"logFormat": "json"}), "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--log-format") + 1] == "json"

@@ -19,7 +19,7 @@ IN_EVERY_SERVED_NAMESPACE = {
     ("", "services"): {"get", "list", "watch", "create", "delete"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"create"},
-    ("", "events"): {"create", "patch"},
+    ("", "events"): {"create", "patch", "list"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 # Cluster-scoped reads: nodes and ClusterLLMTrainingRuntimes (read-only, also in namespaced mode).

@@ -16,6 +16,13 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("replicaCount zero", {"replicaCount": 0}, "/replicaCount"),
     ("replicaCount as a string", {"replicaCount": "2"}, "/replicaCount"),
     ("unknown log level", {"logLevel": "verbose"}, "/logLevel"),
+    ("unknown log format", {"logFormat": "xml"}, "/logFormat"),
+    (
+        "alert threshold as a string",
+        {"prometheusRule": {"alerts": {"lowGoodput": {"threshold": "80%"}}}},
+        "threshold",
+    ),
+    ("alert for not a duration", {"prometheusRule": {"alerts": {"operatorDown": {"for": "soon"}}}}, "for"),
     ("empty image repository", {"image": {"repository": ""}}, "/image/repository"),
     ("image repository with a tag", {"image": {"repository": "repo/op:1.0"}}, "/image/repository"),
     ("malformed digest", {"image": {"digest": "sha256:xyz"}}, "/image/digest"),

@@ -40,6 +40,10 @@ class FakeKube:
         self._call("running_pod_ips", namespace, selector)
         return self.ips
 
+    async def failed_scheduling(self, namespace: str) -> list[Any]:
+        self._call("failed_scheduling", namespace)
+        return []
+
     async def pod_uids(self, namespace: str, selector: dict[str, str]) -> set[str]:
         self._call("pod_uids", namespace, selector)
         return self.uids

@@ -9,6 +9,7 @@ import threading
 import pytest
 from llm_elastic import abort
 from llm_elastic.abort import Watchdog
+from llm_elastic.live.changes import Changes
 from support.wait import wait_for
 
 
@@ -28,17 +29,16 @@ class Verdicts:
 
 
 def test_it_aborts_every_group_once_a_member_is_gone_but_not_for_a_joiner_or_an_outage() -> None:
-    alarm = threading.Event()
+    changes = Changes()
     aborted: list[str] = []
     verdicts = Verdicts(False, RuntimeError("etcd is out"), True)
-    dog = Watchdog(verdicts, alarm, lambda: ["world", "snapshot-group"], aborted.append).start()
+    dog = Watchdog(verdicts, changes, lambda: ["world", "snapshot-group"], aborted.append).start()
     try:
-        alarm.set()  # a joiner registered
-        wait_for(lambda: verdicts.asked == 1, 5, "the first verdict")
-        alarm.set()  # etcd unreadable
+        wait_for(lambda: verdicts.asked == 1, 5, "the verdict read at start (a joiner registered)")
+        changes.bump()  # etcd unreadable
         wait_for(lambda: verdicts.asked == 2, 5, "the second verdict")
         assert aborted == [] and dog.aborted_at is None
-        alarm.set()  # a member left
+        changes.bump()  # a member left
         wait_for(lambda: len(aborted) == 2, 5, "both groups aborted")
     finally:
         dog.stop()
@@ -48,10 +48,8 @@ def test_it_aborts_every_group_once_a_member_is_gone_but_not_for_a_joiner_or_an_
 def test_an_abort_that_never_returns_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(abort, "ABORT_TIMEOUT", 0.2)
     release = threading.Event()
-    alarm = threading.Event()
-    dog = Watchdog(lambda: True, alarm, lambda: ["world"], lambda _g: release.wait(5)).start()
+    dog = Watchdog(lambda: True, Changes(), lambda: ["world"], lambda _g: release.wait(5)).start()
     try:
-        alarm.set()
         wait_for(lambda: dog.stuck, 5, "the stuck abort to be reported")
     finally:
         release.set()

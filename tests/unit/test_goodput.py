@@ -353,3 +353,20 @@ def test_job_gauges_follow_status_progress() -> None:
     assert value("llmjob_job_step") == 130 and value("llmjob_job_goodput", window="life") is None
     metrics.forget_job("ml", "gauged")
     assert value("llmjob_job_step") is None, "a deleted job's series go"
+
+
+def test_the_phase_gauge_has_one_series_per_job() -> None:
+    from llm_operator import metrics
+    from prometheus_client import REGISTRY
+
+    def phase(name: str) -> float | None:
+        return REGISTRY.get_sample_value(
+            "llmjob_job_phase", {"namespace": "ml", "llmjob": "phased", "phase": name}
+        )
+
+    metrics.observe_job("ml", "phased", "Running", {"desired": 4, "target": 4, "ready": 4})
+    assert phase("Running") == 1
+    metrics.observe_job("ml", "phased", "Succeeded", {"desired": 4, "target": 4, "ready": 0})
+    assert phase("Succeeded") == 1 and phase("Running") is None, "the old phase's series goes"
+    metrics.forget_job("ml", "phased")
+    assert phase("Succeeded") is None

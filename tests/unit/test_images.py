@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from llm_testbed import host_packages
 from llm_testbed.images import base, build, cli, dockerignore, host, podman, recipe, steps, wheelhouse
 from llm_testbed.images.errors import ImageError
 
@@ -111,7 +112,7 @@ def built_stages(df: Dockerfile, args: dict[str, str]) -> tuple[set[str], set[st
 def test_local_build_arguments_are_declared_and_pull_only_the_base(image: str) -> None:
     chosen = recipe.RECIPES[image]
     df = parse(ROOT / chosen.dockerfile)
-    args = recipe.local_build_args(chosen, "localhost/elastic-llm-operator/base:k")
+    args = recipe.local_build_args(chosen, "localhost/elastic-llm-operator/base:k", "0.0.0")
     assert set(args) <= set(df.global_args), f"undeclared build arguments: {set(args) - set(df.global_args)}"
     assert df.global_args["WHEELHOUSE"] in ('""', ""), "the default build uses the package index"
     _, images = built_stages(df, args)
@@ -123,7 +124,7 @@ def test_the_trainer_default_is_the_production_stack_and_the_local_build_says_wh
     production, pulled = built_stages(df, {})
     assert {"efa", "ofi-build", "system", "wheel", "final"} <= production
     assert any(p.startswith("nvidia/cuda:") for p in pulled)
-    local, _ = built_stages(df, recipe.local_build_args(recipe.TRAINER, "b"))
+    local, _ = built_stages(df, recipe.local_build_args(recipe.TRAINER, "b", "0.0.0"))
     left_out = production - local
     assert left_out == {"efa", "ofi-build", "system"}
     assert all(name in recipe.TRAINER.left_out for name in left_out)
@@ -286,11 +287,13 @@ def test_missing_host_commands_map_to_debian_packages() -> None:
 
 
 def test_installing_needs_root_and_apt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None)
-    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(
+        host_packages.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None
+    )
+    monkeypatch.setattr(host_packages.os, "geteuid", lambda: 1000)
     with pytest.raises(ImageError, match=r"run `sudo apt-get install mmdebstrap podman runc`"):
         host.ensure_commands()
-    monkeypatch.setattr(host.shutil, "which", lambda c: None)
+    monkeypatch.setattr(host_packages.shutil, "which", lambda c: None)
     with pytest.raises(ImageError, match="no apt-get here"):
         host.ensure_commands()
 

@@ -127,3 +127,18 @@ def test_operator_priority_must_be_positive() -> None:
         check=False,
     )
     assert result.returncode == 2 and "--priority: must be >= 1, got 0" in result.stderr
+
+
+def test_the_state_gauge_is_one_on_the_current_state_only() -> None:
+    from prometheus_client import REGISTRY
+
+    def gauge(state: str) -> float | None:
+        return REGISTRY.get_sample_value("llmjob_operator_state", {"state": state})
+
+    monitor = ServingMonitor([PeeringTarget("op", None)], "me", standalone=False)
+    assert gauge("starting") == 1 and gauge("active") == 0
+    monitor.set(verdict({"me": entry(5), "peer": entry(5)}, "me", NOW))
+    assert gauge("conflict") == 1 and gauge("starting") == 0
+    monitor.set(verdict({"me": entry(5)}, "me", NOW))
+    assert gauge("active") == 1
+    assert sum(gauge(s) or 0 for s in ("starting", "active", "standby", "conflict", "missing", "absent")) == 1

@@ -41,7 +41,14 @@ MERGE: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[Pod], Any], Any
         {"metadata": {"annotations": {"sidecar.istio.io/inject": "false"}}},
         {},
         lambda p: p["metadata"]["annotations"],
-        {"sidecar.istio.io/inject": "false"},
+        {"sidecar.istio.io/inject": "false", "karpenter.sh/do-not-disrupt": "true"},
+    ),
+    (
+        "a template may let Karpenter disrupt the node",
+        {"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "false"}}},
+        {},
+        lambda p: p["metadata"]["annotations"],
+        {"karpenter.sh/do-not-disrupt": "false"},
     ),
     (
         "service account and pull secrets",
@@ -140,7 +147,11 @@ def test_no_template_is_the_pod_as_before() -> None:
 
 def test_operator_annotations_stay_beside_the_templates() -> None:
     pod = worker_pod(job(podTemplate={"metadata": {"annotations": {"a": "b"}}}), 0, 0, avoid_nodes=["n1"])
-    assert pod["metadata"]["annotations"] == {"a": "b", labels.AVOIDED_NODES: "n1"}
+    assert pod["metadata"]["annotations"] == {
+        "a": "b",
+        labels.AVOIDED_NODES: "n1",
+        labels.DO_NOT_DISRUPT: "true",
+    }
 
 
 # (case, podTemplate, job spec fields, the line that names the field)

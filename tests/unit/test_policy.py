@@ -168,6 +168,9 @@ SIZE_TABLE = [
     ("grow capped at desired", dict(current=2, free_slots=5, last_resize=1000.0), 4, "Grown"),
     ("cooldown blocks grow", dict(current=2, free_slots=2, last_resize=1990.0), 2, ""),
     ("no room no grow", dict(current=2, free_slots=0), 2, ""),
+    ("a waiting worker got a node", dict(current=2, running_extra=1, last_resize=1990.0), 3, "Grown"),
+    ("waiting workers, capped", dict(current=3, running_extra=2, last_resize=1990.0), 4, "Grown"),
+    ("running extra at desired", dict(running_extra=1), 4, ""),
 ]
 
 
@@ -202,6 +205,7 @@ PHASE_TABLE = [
     ("replacing", dict(ready=3, replacing=True), "Restarting"),
     ("still restarting", dict(ready=3, previous_phase="Restarting"), "Restarting"),
     ("growing", dict(ready=3, active=4), "Scaling"),
+    ("shrunk, asking for capacity", dict(ready=3, active=4, target=3, demand=1), "Running"),
 ]
 
 
@@ -228,3 +232,13 @@ def test_condition_transition_time_kept_when_unchanged() -> None:
     flipped = merge_conditions(old, [{"type": "Ready", "status": "False"}], NOW)
     assert same[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     assert flipped[0]["lastTransitionTime"] != "2026-01-01T00:00:00Z"
+
+
+def test_a_node_condition_from_the_platform_loses_the_worker_gracefully_and_names_the_condition() -> None:
+    bad = node("n", failing=(("AcceleratedHardwareReady", NOW - 3),))
+    h = assess(pod(0, node="n"), bad, NOW, 30, ())
+    assert (h.state, h.signal, h.force, h.since) == ("lost", "NodeCondition", False, NOW - 3)
+    assert "AcceleratedHardwareReady" in h.detail
+    # A termination taint comes first in the one ordered list of node rules.
+    both = node("n", failing=(("KernelReady", NOW),), taints=(("karpenter.sh/disrupted", "NoSchedule", NOW),))
+    assert assess(pod(0, node="n"), both, NOW, 30, ()).signal == "NodeTerminating"

@@ -96,7 +96,8 @@ def test_parse_sample_from_exposition_text() -> None:
         step_time_count=100,
         last_saved_step=110,
         last_saved_timestamp=1.7e9 - 5,
-    ), "one scrape serves hang detection and status.progress"
+        world_size=16,
+    ), "one scrape serves hang detection, status.progress and status.members"
     assert parse_sample("llm_trainer_loss NaN\nllm_trainer_step 3\n") == Sample(3, 0.0), "NaN is not served"
     assert parse_sample("other_metric 1\n") is None
     assert parse_sample("not { prometheus") is None

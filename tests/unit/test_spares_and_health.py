@@ -98,11 +98,12 @@ def test_spares_ignored_without_in_process() -> None:
     assert p.create == [0, 1, 2, 3] and p.status["spareReplicas"] == 0
 
 
-def test_running_spares_counted_and_stuck_spare_removed_first_without_restart() -> None:
+def test_running_spares_counted_and_stuck_spare_given_up_first_without_restart() -> None:
     pods = [pod(i) for i in range(4)]
     pods.append(pod(4, phase="Pending", ready=False, node="", unschedulable=True, created=NOW - 400))
     p = plan(job(spareReplicas=1, **LIVE, status=running()), pods, NODES, pods, NOW)
-    assert [(d.pod.index, d.reason) for d in p.delete] == [(4, "ScaledDown")]
+    assert p.delete == [], "the stuck spare stays Pending, asking for capacity"
+    assert p.status["waitingForCapacity"] == 1
     assert p.status["spareReplicas"] == 0 and p.status["targetReplicas"] == 4
     assert p.status["restarts"] == 0, "spares are no members: dropping one is no restart"
     assert ("Normal", "Shrunk", "spares 1 -> 0") in p.events
@@ -279,7 +280,8 @@ def test_free_slots_skip_unhealthy_nodes_so_the_job_does_not_grow_onto_them() ->
     )
     nodes = {f"node-{i}": node(f"node-{i}") for i in range(4)}
     p = plan(job(status=status), pods, nodes, pods, NOW)
-    assert p.status["targetReplicas"] == 3 and not p.create
+    assert p.status["targetReplicas"] == 3, "no growth onto the unhealthy node"
+    assert p.create == [3] and p.avoid_nodes == ("node-3",), "the missing worker asks for capacity elsewhere"
 
 
 def test_straggler_condition_true_then_false_once_replaced() -> None:

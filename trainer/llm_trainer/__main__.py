@@ -13,10 +13,11 @@ def _setup_logging() -> None:
     rank = os.environ.get("RANK", "0")
     live = bool(os.environ.get("LLMJOB_LIVE_ETCD"))
     who = os.environ.get("LLMJOB_POD_NAME", "") if live else f"r{rank}"
-    logging.basicConfig(
-        level=os.environ.get("LOGLEVEL", "INFO").upper() if live else ("INFO" if rank == "0" else "WARNING"),
-        format=f"[trainer {who}] %(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    from llm_elastic import configure_logging  # LLMJOB_LOG_FORMAT=json: one JSON object per line
+
+    configure_logging(
+        os.environ.get("LOGLEVEL", "INFO").upper() if live else ("INFO" if rank == "0" else "WARNING"),
+        text_format=f"[trainer {who}] %(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
 

@@ -84,7 +84,7 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
   verbs: [create]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create, patch, list]
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]

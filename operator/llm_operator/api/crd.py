@@ -18,6 +18,10 @@ from llm_operator.api.rules import QUANTITY_PATTERN, RULES_JOB, RULES_JOB_SPEC
 
 _DROP = {"title", "discriminator"}
 
+CRD_ANNOTATIONS: dict[str, str] = {"argocd.argoproj.io/sync-options": "Prune=false"}
+"""On every CRD the project installs: Argo CD never prunes it (an application with ``prune: true`` that
+stops rendering a CRD would otherwise delete it, and with it every object of its kind)."""
+
 
 def structural(node: Any, defs: dict[str, Any]) -> Any:
     """Convert a pydantic JSON-schema node into a structural OpenAPI v3 node."""
@@ -174,6 +178,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
     {"name": "Target", "type": "integer", "jsonPath": ".status.targetReplicas", "priority": 1},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Members", "type": "integer", "jsonPath": ".status.members"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Spares", "type": "integer", "jsonPath": ".status.runningSpares", "priority": 1},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
@@ -243,6 +248,7 @@ def runtime_crd(kind: str) -> dict[str, Any]:
         "metadata": {
             "name": f"{names['plural']}.{models.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "elastic-llm-operator"},
+            "annotations": dict(CRD_ANNOTATIONS),
         },
         "spec": {
             "group": models.GROUP,
@@ -285,6 +291,7 @@ def crd() -> dict[str, Any]:
         "metadata": {
             "name": f"{models.PLURAL}.{models.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "elastic-llm-operator"},
+            "annotations": dict(CRD_ANNOTATIONS),
         },
         "spec": {
             "group": models.GROUP,

@@ -601,6 +601,13 @@ class LLMTrainingJobStatus(_Model):
     are short)."""
     runningSpares: int = 0
     """Running workers beyond targetReplicas: warm standby, promoted when a member is lost."""
+    waitingForCapacity: int = 0
+    """Workers Pending beyond the size the job trains at, kept to ask for capacity (an autoscaler such as
+    Karpenter launches nodes only for Pending pods); condition WaitingForCapacity."""
+    members: int | None = None
+    """Workers (pods) in the generation that trains now, as the workers report it: the live membership's
+    generation record (recovery inProcess) or the world size in their metrics (restart); unset until
+    known. Fewer than readyReplicas minus runningSpares means a running worker is left out."""
     restarts: int = 0
     """Membership changes so far (each one bumps the attempt label of new pods), programs restarted inside
     their pods included."""

@@ -373,7 +373,10 @@ def worker_pod(
     if placement is not None and placement.home:
         metadata.setdefault("annotations", {})[labels.TOPOLOGY_DOMAIN] = placement.home
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-    return merge_pod_template(pod, job.spec.podTemplate)
+    merged = merge_pod_template(pod, job.spec.podTemplate)
+    # A default, not a field the operator owns: a runtime's or the job's podTemplate may set "false".
+    merged["metadata"].setdefault("annotations", {}).setdefault(labels.DO_NOT_DISRUPT, "true")
+    return merged
 
 
 def workers_service(job: LLMTrainingJob) -> dict[str, Any]:

@@ -25,6 +25,9 @@ NODE_TERMINATING = "NodeTerminating"
 NODE_CORDONED = "NodeCordoned"
 POD_FAILED = "PodFailed"
 POD_EVICTED = "PodEvicted"
+NODE_CONDITION = "NodeCondition"
+"""The platform reports the node unhealthy through a node condition (the EKS node monitoring agent's
+AcceleratedHardwareReady=False, say; the operator's nodeHealth.conditions)."""
 NODE_UNHEALTHY = "NodeUnhealthy"
 """The worker exited 78: a health check failed on its node (llm_elastic's node health checks)."""
 STRAGGLER = "Straggler"
@@ -44,6 +47,28 @@ class Health:
     """Delete with grace 0: the kubelet cannot act (node gone or unreachable)."""
     recheck_at: float | None = None
     """A grace period is running out at this time: look again then."""
+    detail: str = ""
+    """What the signal saw, for the Event (the node condition, say)."""
+
+
+def node_rule(node: NodeView) -> tuple[str, float | None, str] | None:
+    """The one ordered list of node rules, first match wins: (signal, since, detail) of why a node must not
+    hold workers, or None. ``assess`` applies it to a worker's node (NotReady after its grace period);
+    ``placement`` keeps new workers off every node it matches."""
+    for key in TERMINATION_TAINTS:
+        taint = node.taint(key)
+        if taint is not None:
+            return NODE_TERMINATING, taint[2], key
+    if node.unschedulable:
+        cordon = node.taint("node.kubernetes.io/unschedulable")
+        return NODE_CORDONED, cordon[2] if cordon else None, ""
+    if node.failing:
+        _, since = node.failing[0]
+        return NODE_CONDITION, since, ", ".join(f"{t} reported unhealthy" for t, _ in node.failing)
+    since_lost = node_lost_since(node)
+    if since_lost is not None:
+        return NODE_NOT_READY, since_lost, ""
+    return None
 
 
 def node_lost_since(node: NodeView) -> float | None:
@@ -81,17 +106,13 @@ def assess(
         return Health("pending")
     if node is None:
         return Health("lost", NODE_DELETED, force=True)
-    for key in TERMINATION_TAINTS:
-        taint = node.taint(key)
-        if taint is not None:
-            return Health("lost", NODE_TERMINATING, since=taint[2])
-    if node.unschedulable:
-        cordon = node.taint("node.kubernetes.io/unschedulable")
-        return Health("lost", NODE_CORDONED, since=cordon[2] if cordon else None)
-    since = node_lost_since(node)
-    if since is not None:
-        due = since + grace
-        if now >= due:
-            return Health("lost", NODE_NOT_READY, since=since or None, force=True)
-        return Health("healthy", recheck_at=due)
-    return Health("healthy")
+    rule = node_rule(node)
+    if rule is None:
+        return Health("healthy")
+    signal, since, detail = rule
+    if signal != NODE_NOT_READY:
+        return Health("lost", signal, since=since, detail=detail)
+    due = (since or 0.0) + grace
+    if now >= due:
+        return Health("lost", NODE_NOT_READY, since=since or None, force=True)
+    return Health("healthy", recheck_at=due)

@@ -1,4 +1,5 @@
-"""Where new workers must not go: nodes the operator judged lost, terminating or cordoned.
+"""Where new workers must not go: nodes the operator judged lost, terminating, cordoned or reported
+unhealthy by a node condition (``health.node_rule``, the one ordered list of node rules).
 
 The operator reacts to a taint, a cordon or NotReady within a fraction of a second, often before the
 scheduler's cache has seen it; a replacement created then could land on the very node being drained. So
@@ -14,19 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from llm_operator.observe import TERMINATION_TAINTS, NodeView, PodView
-from llm_operator.policy.health import NODE_CORDONED, NODE_NOT_READY, NODE_TERMINATING, node_lost_since
+from llm_operator.observe import NodeView, PodView
+from llm_operator.policy.health import node_rule
 
 
 def node_signal(node: NodeView) -> str | None:
-    """Why no new worker should be placed on this node (same order as ``health.assess``), or None."""
-    if any(node.taint(key) is not None for key in TERMINATION_TAINTS):
-        return NODE_TERMINATING
-    if node.unschedulable:
-        return NODE_CORDONED
-    if node_lost_since(node) is not None:
-        return NODE_NOT_READY  # whatever the grace period: it only delays replacing pods already there
-    return None
+    """Why no new worker should be placed on this node, or None. NotReady counts whatever the grace
+    period: the grace only delays replacing the pods already there."""
+    rule = node_rule(node)
+    return rule[0] if rule is not None else None
 
 
 def nodes_to_avoid(nodes: Iterable[NodeView], deleted: Iterable[str] = ()) -> tuple[str, ...]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llm_operator.policy.membership import LiveGeneration
+from llm_operator.policy.unschedulable import SchedulingEvent
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -32,6 +35,8 @@ class Sample:
     last_saved_timestamp: float | None = None
     job_process_restarts: int | None = None
     """Programs of the job restarted inside their pods so far (recovery layer 2; the members agree on it)."""
+    world_size: int | None = None
+    """Processes in the generation the worker trains in."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,10 @@ class Progress:
     """Operator time of that answer."""
     report_every: float = 0.0
     """Seconds between two updates of ``status.progress`` (0: progress is not reported)."""
+    live: LiveGeneration | None = None
+    """The live membership's generation as last read (recovery inProcess; None: not read)."""
+    scheduling: tuple[SchedulingEvent, ...] = ()
+    """The newest FailedScheduling event of each worker still Pending (``policy.unschedulable``)."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,11 @@
 Two numbers: ``target`` training workers (never below ``minimum`` by a shrink) and ``spares`` warm
 standby workers beside them (spec.spareReplicas, failurePolicy.recovery inProcess). Spares never count
 toward the minimum, are the first to go when workers stay unschedulable, and the last to come back.
+
+A shrink lowers the size the job trains at; it does not take back the request for capacity: the workers
+it gave up on stay Pending (``demand``), visible to an autoscaler such as Karpenter, which launches
+nodes only for Pending pods. One that gets a node runs at once and the job grows by it
+(``running_extra``), cooldown or not.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ class SizeInput:
     """spec.spareReplicas (0 unless inProcess; fewer when Kueue admitted less)."""
     spares_current: int | None = None
     """status.spareReplicas; None before the first pass."""
+    running_extra: int = 0
+    """Workers bound and running beyond ``current`` plus the spares: Pending workers that asked for
+    capacity and got a node."""
     count_free_slots: Callable[[], int] | None = None
     """Counts ``free_slots`` when given (instead of the field): only the grow rule needs it, and counting
     looks at every worker of every job, so a job at its size never pays for it (bench/scale.py)."""
@@ -65,11 +73,15 @@ def decide_size(s: SizeInput) -> SizeDecision:
         return SizeDecision(s.desired, USER_SCALED, spares=s.spares_desired)
     if spares > s.spares_desired:  # spareReplicas lowered (or Kueue admitted fewer): at once
         return SizeDecision(s.current, USER_SCALED, spares=s.spares_desired)
+    short = (s.desired - s.current) + (s.spares_desired - spares)
+    if s.running_extra > 0 and short > 0:  # capacity came for a waiting worker: use it at once
+        target = min(s.desired, s.current + s.running_extra)
+        room = s.running_extra - (target - s.current)
+        return SizeDecision(target, GROWN, spares=min(s.spares_desired, spares + room))
     if s.stuck_pending > 0 and (spares > 0 or s.current > s.minimum):
         # Spares go first; only what is still stuck after them shrinks the training size.
         left = max(0, s.stuck_pending - spares)
         return SizeDecision(max(s.minimum, s.current - left), SHRUNK, spares=max(0, spares - s.stuck_pending))
-    short = (s.desired - s.current) + (s.spares_desired - spares)
     if short <= 0 or s.stuck_pending > 0:
         return SizeDecision(s.current, spares=spares)
     free = s.count_free_slots() if s.count_free_slots is not None else s.free_slots

@@ -26,6 +26,9 @@ class PhaseInput:
     spares: int = 0
     """Spare workers aimed at beside ``target``: they must exist, but a pending spare does not keep the
     job from Running."""
+    demand: int = 0
+    """Workers kept Pending beyond target and spares to ask for capacity: they exist, but do not keep the
+    job from Running."""
 
 
 def decide_phase(p: PhaseInput) -> str:
@@ -34,7 +37,7 @@ def decide_phase(p: PhaseInput) -> str:
         return p.terminal_phase
     if p.suspended:
         return "Suspended"
-    settled = p.target <= p.ready <= p.target + p.spares and p.active == p.target + p.spares
+    settled = p.target <= p.ready <= p.target + p.spares and p.active == p.target + p.spares + p.demand
     if settled and p.target > 0:
         return "Running"
     if not p.started:
@@ -86,6 +89,25 @@ def conditions(
             _condition("Complete" if phase == "Succeeded" else "Failed", True, phase, message, generation)
         )
     return out
+
+
+CAPACITY = "WaitingForCapacity"
+
+
+def capacity_condition(waiting: int, target: int, desired: int, generation: int) -> dict[str, Any]:
+    """True while workers stay Pending for capacity the cluster does not have yet (an autoscaler sees
+    them and launches nodes); training goes on at the target size meanwhile."""
+    if not waiting:
+        return _condition(CAPACITY, False, "NoneWaiting", "", generation)
+    return _condition(
+        CAPACITY,
+        True,
+        "WorkersPending",
+        f"{waiting} worker(s) Pending until the cluster has room for them (an autoscaler such as Karpenter"
+        f" launches nodes for Pending pods); training goes on at {target} of {desired} and grows when"
+        " one starts",
+        generation,
+    )
 
 
 def merge_conditions(

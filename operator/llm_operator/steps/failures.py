@@ -72,5 +72,7 @@ def replace_lost(s: PassState) -> None:
         s.out.lost.append((h.signal, h.since))
     signals = sorted({h.signal for _, h in lost})
     s.reason = signals[0] if len(signals) == 1 else "WorkersLost"
-    s.message = "replacing " + ", ".join(f"{p.name} ({h.signal})" for p, h in lost)
+    s.message = "replacing " + ", ".join(
+        f"{p.name} ({h.signal}: {h.detail})" if h.detail else f"{p.name} ({h.signal})" for p, h in lost
+    )
     s.out.events.append(("Warning", s.reason, s.message))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llm_operator.policy.health import (
     HEALTH_SIGNALS,
+    NODE_CONDITION,
     NODE_DELETED,
     NODE_NOT_READY,
     POD_EVICTED,
@@ -13,6 +14,7 @@ from llm_operator.steps.state import PassState
 
 EVICT_REASONS = frozenset(
     {
+        NODE_CONDITION,
         NODE_DELETED,
         NODE_NOT_READY,
         POD_FAILED,

@@ -25,6 +25,9 @@ def resize(s: PassState) -> None:
         and p.name not in s.renewing
         and s.now - p.created >= policy.pendingTimeoutSeconds
     ]
+    # The workers the last shrink left Pending on purpose (asking for capacity) are not stuck again.
+    asked = max(0, s.desired - s.target) + max(0, s.desired_spares - s.spares) if s.target else 0
+    running = sum(1 for p, h in active if h.state == "healthy" and p.node)
     for p, h in active:
         if h.state == "pending" and p not in stuck:
             s.out.wake_at(p.created + policy.pendingTimeoutSeconds)
@@ -34,7 +37,8 @@ def resize(s: PassState) -> None:
             minimum=spec.minReplicas,
             current=s.target or None,
             last_desired=s.job.status.desiredReplicas or None,
-            stuck_pending=len(stuck),
+            stuck_pending=max(0, len(stuck) - asked),
+            running_extra=max(0, running - s.target - s.spares) if s.target else 0,
             free_slots=0,
             count_free_slots=lambda: free_slots(
                 s.job,
@@ -53,6 +57,7 @@ def resize(s: PassState) -> None:
     )
     s.out.wake_at(decision.recheck_at)
     spares_before, s.spares = s.spares, decision.spares
+    s.demand = max(0, s.desired - decision.target) + max(0, s.desired_spares - decision.spares)
     if decision.target == s.target:
         if decision.spares != spares_before and decision.reason not in ("", INITIAL):
             s.out.events.append(("Normal", decision.reason, f"spares {spares_before} -> {decision.spares}"))
@@ -126,7 +131,7 @@ def scale(s: PassState) -> None:
     if not s.live:
         return
     active = s.active
-    total = s.target + s.spares
+    total = s.target + s.spares + s.demand
     if len(active) > total:
         for pod in choose_surplus(active, len(active) - total):
             s.out.delete.append(Deletion(pod, False, "ScaledDown"))

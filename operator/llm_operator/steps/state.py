@@ -106,6 +106,12 @@ class PassState:
     """The survivors' domain: where most active workers are bound ("" when none is, or no topology)."""
     topology: dict[str, Any] | None = None
     """status.topology as decided this pass (jobs with spec.scheduling.topology)."""
+    demand: int = 0
+    """Workers kept Pending beyond target and spares to ask for capacity (status.waitingForCapacity
+    counts those not bound yet): the job is below its desired size and an autoscaler launches nodes for
+    Pending pods only."""
+    members: int | None = None
+    """Workers in the training generation as the workers report it (status.members; None: not known)."""
     extra_conditions: list[dict[str, Any]] = field(default_factory=list)
     """Conditions beyond the phase-derived ones (CheckpointNotShared, Stalled), merged by the status step."""
     out: Plan = field(default_factory=Plan)

@@ -7,7 +7,14 @@ from typing import Any
 from llm_operator import labels
 from llm_operator.builders import rendezvous
 from llm_operator.observe import format_time
-from llm_operator.policy.status import PhaseInput, conditions, decide_phase, merge_conditions
+from llm_operator.policy.status import (
+    CAPACITY,
+    PhaseInput,
+    capacity_condition,
+    conditions,
+    decide_phase,
+    merge_conditions,
+)
 from llm_operator.steps.state import TERMINAL, PassState
 
 
@@ -27,6 +34,7 @@ def status(s: PassState) -> None:
             active=n_active,
             target=s.target,
             spares=s.spares,
+            demand=s.demand,
             desired=s.desired,
             replacing=s.replacing,
             previous_phase=old.phase,
@@ -46,6 +54,7 @@ def status(s: PassState) -> None:
         1 for p, h in active if h.state == "healthy" and p.phase == "Running" and p.uid not in leaving
     )
     size_note = out.resize[2] if out.resize else (old.reason if s.target < s.desired else "")
+    waiting = min(s.demand, sum(1 for p, h in active if h.state == "pending" and p.uid not in leaving))
     record: dict[str, Any] = {
         "phase": phase,
         "replicas": len(active),
@@ -54,6 +63,8 @@ def status(s: PassState) -> None:
         "desiredReplicas": s.desired,
         "spareReplicas": s.spares,
         "runningSpares": max(0, running - s.target) if s.spares else 0,
+        "members": s.members if s.members is not None else old.members,
+        "waitingForCapacity": waiting if phase not in TERMINAL else 0,
         "restarts": s.restarts,
         "processRestarts": s.process_restarts,
         "healthFailures": s.health_failures,
@@ -71,6 +82,9 @@ def status(s: PassState) -> None:
     if s.topology is not None or old.topology is not None:  # None clears it once the spec drops topology
         record["topology"] = s.topology
     conds = conditions(phase, s.target, s.desired, size_note, message, job.metadata.generation)
+    conds.append(capacity_condition(waiting, s.target, s.desired, job.metadata.generation))
+    if waiting and s.had_condition(CAPACITY) != "True":
+        out.events.append(("Normal", "WaitingForCapacity", conds[-1]["message"]))
     conds += s.extra_conditions
     record["conditions"] = merge_conditions([c.model_dump() for c in old.conditions], conds, s.now)
     out.status = record

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from llm_elastic.errors import Evicted, RunFinished
 from llm_elastic.live import layout
+from llm_elastic.live.changes import Changes
 from llm_elastic.live.layout import Action, Generation
 from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
 from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
@@ -24,6 +25,10 @@ from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.02
+FORCE_READ = -1
+"""A mark no count equals: the next :meth:`Membership.changed_since` reads the members."""
+OUTAGE_RETRY_SECONDS = 1.0
+"""While etcd is out, how often a commit tries the read again (a change during the outage is not lost)."""
 
 
 __all__ = ["Evicted", "Membership", "RunFinished", "evict", "evict_host", "live_members", "read_generation"]
@@ -60,7 +65,12 @@ def read_generation(client: EtcdClient, prefix: str) -> tuple[Generation | None,
 
 
 class Membership:
-    """One member's view: its lease-backed key, the generation it is in, and a change flag from watches."""
+    """One member's view: its lease-backed key, the generation it is in, and the count of watch events.
+
+    Every read of the members is preceded by a mark of :attr:`changes` (``llm_elastic.live.changes``), and
+    every wait is for an event after that mark: a member key put while this member proposes, arrives or
+    trains is never swallowed by a wait that was looking for something else.
+    """
 
     def __init__(
         self, client: EtcdClient, prefix: str, member: str, ttl: int, shard_size: int = 1, target: int = 0
@@ -79,10 +89,25 @@ class Membership:
         self.standby = False
         """Whether this member waits as a spare (a full generation trains without it)."""
         self.lease = LeaseKeeper(client, ttl, self._reregister)
-        self.changed = threading.Event()
-        self.alarm = threading.Event()
-        """Set with :attr:`changed` by every watch event; the NCCL watchdog waits on it (and clears it)."""
+        self.changes = Changes()
+        """Counts the watch events on the members and the generation record; each reader (the commit's
+        check, the NCCL watchdog, the peer-loss judge, the waits while forming) keeps its own mark."""
+        self.checked = FORCE_READ
+        """The mark taken before the last read that found the training generation still right
+        (:meth:`changed_since`); a new generation starts at ``FORCE_READ``: its first commit reads."""
+        self.outside_since: float | None = None
+        """When this member started waiting outside a healthy generation that is not full (monotonic), or
+        None: a joiner the running generation should take in at its next step boundary."""
+        self.arriving: Callable[[Generation], None] | None = None
+        """A test seam: called after this member announced its arrival in a generation, before it waits
+        for the others."""
         self._watches: list[int] = []
+        self._watch_lock = threading.Lock()
+        """The lease keeper's thread (after a lost lease) and a commit (after a broken stream) re-watch."""
+        self._broken = False
+        """A watch stream broke (etcd went away): the watches are made again at the next commit."""
+        self._retry_at = 0.0
+        """While the store is out, the next commit's read waits until then (monotonic)."""
         self._info = b""
         self.current: Generation | None = None
         """The generation this member trains in (the session sets it): re-published after an outage."""
@@ -104,17 +129,19 @@ class Membership:
         self._watch(revision)
 
     def _watch(self, revision: int) -> None:
-        def wake(_keys: list[bytes]) -> None:
-            self.changed.set()
-            self.alarm.set()
+        def wake(keys: list[bytes]) -> None:
+            if not keys:  # puts come with their keys; a delete or a broken stream comes empty
+                self._broken = self._broken or not self.client.closed
+            self.changes.bump()
 
-        for watch_id in self._watches:
-            self.client.cancel_watch(watch_id)
-        # EtcdClient reports puts only; a delete arrives as an empty key list, which also sets the flag.
-        self._watches = [
-            self.client.watch(layout.members_prefix(self.prefix), revision + 1, wake),
-            self.client.watch(layout.generation_key(self.prefix), revision + 1, wake),
-        ]
+        with self._watch_lock:
+            for watch_id in self._watches:
+                self.client.cancel_watch(watch_id)
+            # EtcdClient reports puts only; a delete arrives as an empty key list, which counts too.
+            self._watches = [
+                self.client.watch(layout.members_prefix(self.prefix), revision + 1, wake),
+                self.client.watch(layout.generation_key(self.prefix), revision + 1, wake),
+            ]
 
     def _reregister(self, lease: int) -> None:
         """The store lost our keys (an outage longer than the lease, or a fresh etcd at the same address):
@@ -139,8 +166,7 @@ class Membership:
 
     def differs(self, generation: Generation) -> bool:
         """Whether the live members or the stored generation no longer match ``generation`` (one read
-        each; call it when :attr:`changed` is set)."""
-        self.changed.clear()
+        each; take a mark of :attr:`changes` before calling it)."""
         live = live_members(self.client, self.prefix)
         if self.member not in live:
             self._missing_self()
@@ -190,16 +216,30 @@ class Membership:
         self.store_out = False
 
     def changed_since(self, gen: Generation) -> bool:
-        """At a commit: whether the membership differs from ``gen`` (read only after a watch event). An
-        unreadable store counts as no change: training goes on, etcd is needed only to re-form. Raises
-        :class:`Evicted` when this member was evicted."""
+        """At a commit: whether the membership differs from ``gen``. It reads the store only when a watch
+        event came after the last read (and always at a generation's first commit); the mark is taken
+        before the read, so an event during the read is seen at the next commit. An unreadable store
+        counts as no change: training goes on, etcd is needed only to re-form; the read is tried again
+        at the next event, and every event of the outage is counted. Raises :class:`Evicted` when this
+        member was evicted."""
+        if not self.changes.since(self.checked) or time.monotonic() < self._retry_at:
+            return False
+        mark = self.changes.mark()
         try:
-            return self.changed.is_set() and self.differs(gen)
+            if self._broken:  # watch again from now; the read below covers what the gap hid
+                self._broken = False
+                _, revision = self.client.get_at(layout.generation_key(self.prefix))
+                self._watch(revision)
+            differs = self.differs(gen)
         except EtcdError as exc:
             if not self.store_out:
                 logging.getLogger("llm_elastic").warning("membership unreadable (training goes on): %s", exc)
             self.store_out = True
-            return False
+            self._retry_at = time.monotonic() + OUTAGE_RETRY_SECONDS
+            return False  # ``checked`` stays: the read is tried again until etcd answers
+        if not differs:
+            self.checked = mark
+        return differs
 
     def forget_generation(self, number: int) -> None:
         """Delete what belonged to generation ``number`` (its arrivals and store)."""
@@ -222,6 +262,7 @@ class Membership:
                 check()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no generation after {left} formed within {timeout:g}s")
+            mark = self.changes.mark()  # before every read: an event after it ends the wait below
             if self.client.get(layout.done_key(self.prefix)) is not None:
                 raise RunFinished("the run finished")
             live = live_members(self.client, self.prefix)
@@ -230,17 +271,16 @@ class Membership:
                 continue
             live = layout.complete_hosts(live, self.shard_size)
             if self.member not in live:  # HSDP: this host misses a process; wait for it
-                self.changed.wait(0.25)
-                self.changed.clear()
+                self.changes.wait(mark, 0.25)
                 continue
             stored, revision = read_generation(self.client, self.prefix)
             action = layout.decide(stored, live, self.member, left, min_members, self.target)
             self.standby = (
                 action is Action.WAIT and stored is not None and 0 < self.target <= stored.world_size
             )
+            self._outside(action is Action.WAIT and stored is not None and not self.standby)
             if action is Action.WAIT:
-                self.changed.wait(0.25)
-                self.changed.clear()
+                self.changes.wait(mark, 0.25)
                 continue
             if action is Action.PROPOSE:
                 proposal = layout.propose(stored, live, self.target, self.shard_size)
@@ -253,17 +293,28 @@ class Membership:
                 stored = proposal
             assert stored is not None
             if self._arrive(stored, deadline):
-                self.changed.clear()
+                self.checked = FORCE_READ  # the others' reads may have seen members ours did not
+                self._outside(False)
                 return stored
             left = max(left, stored.number)
+
+    def _outside(self, waiting: bool) -> None:
+        """Track how long this member waits outside a healthy generation that should take it in."""
+        if not waiting:
+            self.outside_since = None
+        elif self.outside_since is None:
+            self.outside_since = time.monotonic()
 
     def _arrive(self, generation: Generation, deadline: float) -> bool:
         """Announce arrival and wait for every member; False when the generation must be superseded."""
         self.client.put(
             layout.arrived_key(self.prefix, generation.number, self.member), b"1", lease=self.lease.lease_id
         )
+        if self.arriving is not None:
+            self.arriving(generation)
         folder = f"{layout.generation_prefix(self.prefix, generation.number)}arrived/"
         while time.monotonic() < deadline:
+            mark = self.changes.mark()
             arrived = {key[len(folder) :] for key in self.client.keys_with_prefix(folder)}
             if arrived.issuperset(generation.members):
                 return True
@@ -273,8 +324,7 @@ class Membership:
             stored, _ = read_generation(self.client, self.prefix)
             if stored is not None and stored.number > generation.number:
                 return False
-            self.changed.wait(POLL_SECONDS)
-            self.changed.clear()
+            self.changes.wait(mark, POLL_SECONDS)
         return False
 
     def finish(self) -> None:

@@ -37,6 +37,7 @@ from llm_testbed.images.recipe import (
 from llm_testbed.images.steps import report, run_step
 from llm_testbed.localcluster.filelock import locked
 from llm_testbed.localcluster.paths import repo_root
+from llm_testbed.version import project_version
 
 BUILD_FLAGS = ("--format=docker", "--layers=false", "--network=none", "--pull=never")
 """Flags of every build: Docker's image format (it keeps SHELL), no network, no pulls, and no layer cache:
@@ -63,7 +64,7 @@ def plan(root: Path, recipe: ImageRecipe, base: DebianBase = BASE) -> ImagePlan:
     ignore = root / recipe.ignore_file
     files = [f for f in context_files(root, ignore) if not f.startswith(WHEELHOUSE_DIR + "/")]
     _, wheels_key = wheelhouse.plan(root, recipe, base)
-    args = local_build_args(recipe, debian.reference(base))
+    args = local_build_args(recipe, debian.reference(base), project_version(root))
     parts = [
         text_part("build-flags", " ".join(BUILD_FLAGS)),
         *file_parts(root, [recipe.dockerfile, recipe.ignore_file]),

@@ -111,8 +111,10 @@ TRAINER = ImageRecipe(
 RECIPES: dict[str, ImageRecipe] = {r.name: r for r in (OPERATOR, TRAINER)}
 
 
-def local_build_args(recipe: ImageRecipe, base_ref: str) -> dict[str, str]:
-    """The build arguments of the local build: bases from ``base_ref``, packages from the wheelhouse only."""
+def local_build_args(recipe: ImageRecipe, base_ref: str, version: str) -> dict[str, str]:
+    """The build arguments of the local build: bases from ``base_ref``, packages from the wheelhouse only,
+    and the project's ``version`` for the OCI labels (the image key covers it, like every argument)."""
     args = dict.fromkeys(recipe.base_args, base_ref)
     args["WHEELHOUSE"] = "1"
+    args["VERSION"] = version
     return args

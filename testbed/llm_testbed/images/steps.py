@@ -26,8 +26,8 @@ Progress = Callable[[str], str | None]
 """Picks the lines worth a progress line out of a command's output (``None``: not this one)."""
 
 
-def report(message: str) -> None:
-    say("images", message)
+def report(message: str, topic: str = "images") -> None:
+    say(topic, message)
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -54,10 +54,12 @@ def run_step(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     progress: Progress | None = None,
+    topic: str = "images",
 ) -> float:
-    """Run ``argv`` with its output in ``log_path``; the seconds it took. ImageError if it fails."""
+    """Run ``argv`` with its output in ``log_path``; the seconds it took. ImageError if it fails.
+    Progress lines read ``[<topic>] <what>: ...``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    report(f"{what}: started (log: {log_path})")
+    report(f"{what}: started (log: {log_path})", topic)
     started = time.monotonic()
     last_said = started
     latest = ""
@@ -92,10 +94,10 @@ def run_step(
             picked = progress(line) if (progress is not None and line) else None
             if picked is not None:
                 latest = picked
-                report(f"{what}: {picked} ({now - started:.0f}s)")
+                report(f"{what}: {picked} ({now - started:.0f}s)", topic)
                 last_said = now
             elif now - last_said >= HEARTBEAT_SECONDS:
-                report(f"{what}: still running ({now - started:.0f}s)")
+                report(f"{what}: still running ({now - started:.0f}s)", topic)
                 last_said = now
         code = proc.wait()
         reader.join()
@@ -106,5 +108,5 @@ def run_step(
             f"{what} failed (exit {code}) after {elapsed:.0f}s{where}; the log ends with:\n"
             f"{tail(log_path)}\n(whole log: {log_path})"
         )
-    report(f"{what}: done in {elapsed:.0f}s")
+    report(f"{what}: done in {elapsed:.0f}s", topic)
     return elapsed

@@ -361,6 +361,47 @@ def clear_termination(node: str, kind: TerminationKind, *, kube: Kubectl | None 
     _update_node_spec(_kube(kube), node, change)
 
 
+# ------------------------------------------------------------------------------- platform node conditions
+PLATFORM_CONDITIONS = (
+    "AcceleratedHardwareReady",
+    "NetworkingReady",
+    "StorageReady",
+    "KernelReady",
+    "ContainerRuntimeReady",
+)
+"""The node conditions the EKS node monitoring agent sets on GPU nodes (the operator reads them)."""
+
+
+def set_node_condition(
+    node: str, kind: str, status: str, reason: str = "", *, kube: Kubectl | None = None, wait: bool = True
+) -> None:
+    """Set a node condition through the status subresource, as a node agent does (the EKS node monitoring
+    agent's ``AcceleratedHardwareReady=False``, say). kwok keeps it: its node Stages only ever refresh the
+    heartbeat of the conditions they find, merged by type. ``status`` is True, False or Unknown."""
+    if status not in ("True", "False", "Unknown"):
+        raise LocalClusterError(f"condition status must be True, False or Unknown, not {status!r}")
+    k = _kube(kube)
+    _node(k, node)
+    now = _now()
+    entry = {
+        "type": kind,
+        "status": status,
+        "reason": reason or f"{kind}{'Healthy' if status == 'True' else 'Unhealthy'}",
+        "message": f"set by llmjob chaos at {now}",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    patch = json.dumps({"status": {"conditions": [entry]}})
+    k.run("patch", "node", node, "--subresource=status", "--type=strategic", "-p", patch)
+    if wait:
+        poll(lambda: condition(_node(k, node), kind) == status, timeout=DEFAULT_TIMEOUT_S,
+             what=f"node {node} to show {kind}={status}")  # fmt: skip
+
+
+def _platform_unhealthy(node: dict[str, Any]) -> list[str]:
+    return [kind for kind in PLATFORM_CONDITIONS if condition(node, kind) == "False"]
+
+
 # ---------------------------------------------------------------------------------------- node faults
 def fault_annotation(kind: str) -> str:
     """The node annotation the pod runner reads for a fault kind."""
@@ -468,6 +509,9 @@ def restore_nodes(
                 touched = True
         if _fault_marks(obj):
             clear_node_fault(name, kube=k)
+            touched = True
+        for kind in _platform_unhealthy(obj):
+            set_node_condition(name, kind, "True", kube=k)
             touched = True
         if touched:
             changed.append(name)

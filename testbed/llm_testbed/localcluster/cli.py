@@ -175,6 +175,9 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     elif action == "fail-pod":
         chaos.fail_pod(args.namespace, args.pod, args.exit_code, kube=kube)
         print(f"pod {args.namespace}/{args.pod}: exited with code {args.exit_code}")
+    elif action == "condition":
+        chaos.set_node_condition(args.node, args.type, args.status, kube=kube)
+        print(f"node {args.node}: {args.type}={args.status}")
     else:  # pragma: no cover - argparse only lets known actions through
         raise LocalClusterError(f"unknown chaos action {action}")
     return 0
@@ -315,6 +318,14 @@ def _register_chaos(subparsers: Any) -> None:
     clear = sub.add_parser("clear-fault", help="remove a fault mark (default: all) from the node")
     clear.add_argument("node")
     clear.add_argument("--kind", choices=chaos.FAULT_KINDS, default=None)
+    cond = sub.add_parser(
+        "condition", help="set a node condition as a node agent does (EKS node monitoring agent's, say)"
+    )
+    cond.add_argument("node")
+    cond.add_argument(
+        "--type", default="AcceleratedHardwareReady", help="condition type (default: %(default)s)"
+    )
+    cond.add_argument("--status", choices=("True", "False", "Unknown"), required=True)
     fail = sub.add_parser("fail-pod", help="the pod's containers exit with a code (0: Succeeded)")
     fail.add_argument("pod")
     fail.add_argument("--namespace", "-n", default="default")
