@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llm_testbed.karpenter import catalog, daemon, manifests
+from llm_testbed.karpenter import catalog, control, daemon, manifests
 from llm_testbed.karpenter.manifests import KarpenterError, PoolSettings
 from llm_testbed.localcluster import marks, nodes, tools
 from llm_testbed.localcluster.cli import build_parser
+from llm_testbed.localcluster.kubectl import Kubectl
 
 # What Karpenter puts on every node it launches itself (from the NodeClaim and the chosen offering).
 SET_BY_KARPENTER = {
@@ -60,7 +61,11 @@ def test_pool_settings_become_limits_capacity_types_and_disruption() -> None:
     policy = "WhenEmptyOrUnderutilized"
     settings = PoolSettings(3, ("spot",), consolidation_policy=policy, consolidate_after="5s")
     spec = manifests.node_pool("gpu", settings)["spec"]
-    assert spec["limits"] == {"nodes": "3"}
+    assert spec["limits"] == {"nodes": "3", marks.GPU_RESOURCE: "24"}  # GPUs: also inside one batch
+    assert manifests.node_pool("cpu", PoolSettings(node_limit=2))["spec"]["limits"] == {
+        "nodes": "2",
+        "cpu": "16",
+    }
     assert spec["disruption"] == {"consolidationPolicy": policy, "consolidateAfter": "5s"}
     requirements = spec["template"]["spec"]["requirements"]
     [capacity] = [r for r in requirements if r["key"] == catalog.CAPACITY_TYPE_LABEL]
@@ -109,3 +114,8 @@ def test_cluster_up_karpenter_flag_leaves_the_gpu_node_count_to_the_cluster() ->
     assert (args.karpenter, args.nodes) == (True, None)
     args = build_parser().parse_args(["cluster", "up", "--karpenter", "--nodes", "2"])
     assert args.nodes == 2
+
+
+def test_a_limit_on_an_unknown_pool_is_a_clear_error() -> None:
+    with pytest.raises(KarpenterError, match="pool: unknown NodePool 'tpu'; the test bed's are gpu, cpu"):
+        control.set_node_limit(Kubectl(Path("/nonexistent/kubectl")), "tpu", 3)

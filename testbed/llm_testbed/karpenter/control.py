@@ -51,11 +51,22 @@ def reset_pools(kube: Kubectl, pools: Mapping[nodes.NodeKind, PoolSettings] | No
         kube.run("replace", "-f", "-", input=json.dumps(manifests.node_pool(kind, settings)))
 
 
+def _kind(pool: str) -> nodes.NodeKind:
+    for kind in nodes.SHAPES:
+        if kind == pool:
+            return kind
+    raise manifests.KarpenterError(
+        f"pool: unknown NodePool {pool!r}; the test bed's are {', '.join(nodes.SHAPES)}"
+    )
+
+
 def set_node_limit(kube: Kubectl, pool: str, limit: int | None) -> None:
-    """``spec.limits.nodes`` of a NodePool (None removes the limit); Karpenter acts on it at once."""
+    """At most ``limit`` nodes in a NodePool (None removes ``spec.limits``); Karpenter acts on it at once.
+
+    Sets ``nodes`` and the pool's per-node resource (:data:`manifests.COUNTED_RESOURCE`) in one patch."""
     if limit is not None and limit < 0:
         raise manifests.KarpenterError(f"limit: must be >= 0 (got {limit})")
-    kube.patch("nodepool", pool, {"spec": {"limits": manifests.limits(limit)}})
+    kube.patch("nodepool", pool, {"spec": {"limits": manifests.limits(_kind(pool), limit)}})
 
 
 def set_consolidation(kube: Kubectl, pool: str, policy: ConsolidationPolicy, after: str) -> None:

@@ -73,8 +73,20 @@ def node_class(registration_delay: str = "0s") -> dict[str, Any]:
     }
 
 
-def limits(node_limit: int | None) -> dict[str, str] | None:
-    return None if node_limit is None else {"nodes": str(node_limit)}
+# Karpenter v1.15.0 enforces ``limits.nodes`` between provisioning batches only: inside one batch it
+# subtracts each new node's instance capacity from what the limits leave, and that capacity has no "nodes"
+# entry, so one batch of N pods launched N nodes under a limit of 1 (seen in the test bed). A limit on a
+# resource every node of the pool has holds inside a batch too: a node limit is written as both.
+COUNTED_RESOURCE: dict[nodes.NodeKind, str] = {"gpu": marks.GPU_RESOURCE, "cpu": "cpu"}
+
+
+def limits(kind: nodes.NodeKind, node_limit: int | None) -> dict[str, str] | None:
+    """``spec.limits`` of at most ``node_limit`` nodes of ``kind`` (None: no limit)."""
+    if node_limit is None:
+        return None
+    resource = COUNTED_RESOURCE[kind]
+    per_node = int(nodes.SHAPES[kind].resources()[resource])
+    return {"nodes": str(node_limit), resource: str(node_limit * per_node)}
 
 
 def disruption(policy: ConsolidationPolicy, after: str) -> dict[str, str]:
@@ -117,7 +129,7 @@ def node_pool(kind: nodes.NodeKind, settings: PoolSettings | None = None) -> dic
         },
         "disruption": disruption(s.consolidation_policy, s.consolidate_after),
     }
-    pool_limits = limits(s.node_limit)
+    pool_limits = limits(kind, s.node_limit)
     if pool_limits is not None:
         spec["limits"] = pool_limits
     return {"apiVersion": API, "kind": "NodePool", "metadata": {"name": kind}, "spec": spec}
