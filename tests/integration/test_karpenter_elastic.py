@@ -53,12 +53,6 @@ def _at(t: Training, size: int) -> dict[str, Any] | None:
     return s if whole and s.get("targetReplicas") == size else None
 
 
-def _gpu_limit(t: Training, nodes: int) -> None:
-    """The GPU NodePool's limit in GPUs (Karpenter enforces resource limits within one launch batch; its
-    ``nodes`` limit it checks only against nodes that exist, so one batch of four could pass a limit of 3)."""
-    t.cluster.kube.patch("nodepool", GPU_POOL, {"spec": {"limits": {"nvidia.com/gpu": str(8 * nodes)}}})
-
-
 def _worker_nodes(t: Training) -> set[str]:
     return {n for p in t.workers() if (n := p["spec"].get("nodeName"))}
 
@@ -111,7 +105,7 @@ def test_karpenter_brings_the_nodes_a_job_asks_for_and_a_lost_one_back(karpenter
 def test_a_nodepool_limit_holds_the_job_at_3_until_it_is_raised(karpenter_train: Training) -> None:
     t = karpenter_train
     kube = t.cluster.kube
-    _gpu_limit(t, 3)
+    control.set_node_limit(kube, GPU_POOL, 3)
     t.apply(_job(t, pendingTimeoutSeconds=20, resizeCooldownSeconds=5))
 
     # 3. Three nodes only: the job shrinks to 3 past its pending timeout, and keeps the 4th worker Pending.
@@ -127,7 +121,7 @@ def test_a_nodepool_limit_holds_the_job_at_3_until_it_is_raised(karpenter_train:
     t.wait_steps("steps at world size 3", world=3, count=3)
 
     raised = time.monotonic()
-    _gpu_limit(t, 4)
+    control.set_node_limit(kube, GPU_POOL, 4)
     st = wait_for(lambda: _at(t, 4), FULL_TIMEOUT, "the job back at 4 once the limit allows a 4th node")
     print(f"\nlimit raised -> training at 4: {time.monotonic() - raised:.1f}s")
     assert st.get("waitingForCapacity") == 0
