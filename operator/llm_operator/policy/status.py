@@ -47,7 +47,8 @@ def decide_phase(p: PhaseInput) -> str:
     return "Scaling"
 
 
-def _condition(ctype: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+def condition(ctype: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+    """One status condition (``lastTransitionTime`` is added by :func:`merge_conditions`)."""
     return {
         "type": ctype,
         "status": "True" if ok else "False",
@@ -62,21 +63,21 @@ def conditions(
 ) -> list[dict[str, Any]]:
     """Ready, Degraded (smaller than desired), Suspended, and the terminal Complete/Failed."""
     out = [
-        _condition(
+        condition(
             "Ready",
             phase == "Running",
             phase,
             message if phase != "Running" else "all workers ready",
             generation,
         ),
-        _condition(
+        condition(
             "Degraded",
             phase not in ("Suspended", "Succeeded", "Failed") and target < desired,
             "AtDesiredSize" if target >= desired else "InsufficientCapacity",
             f"running at {target} of desired {desired} workers" + (f": {size_reason}" if size_reason else ""),
             generation,
         ),
-        _condition(
+        condition(
             "Suspended",
             phase == "Suspended",
             "Suspended" if phase == "Suspended" else "NotSuspended",
@@ -86,7 +87,7 @@ def conditions(
     ]
     if phase in ("Succeeded", "Failed"):
         out.append(
-            _condition("Complete" if phase == "Succeeded" else "Failed", True, phase, message, generation)
+            condition("Complete" if phase == "Succeeded" else "Failed", True, phase, message, generation)
         )
     return out
 
@@ -98,8 +99,8 @@ def capacity_condition(waiting: int, target: int, desired: int, generation: int)
     """True while workers stay Pending for capacity the cluster does not have yet (an autoscaler sees
     them and launches nodes); training goes on at the target size meanwhile."""
     if not waiting:
-        return _condition(CAPACITY, False, "NoneWaiting", "", generation)
-    return _condition(
+        return condition(CAPACITY, False, "NoneWaiting", "", generation)
+    return condition(
         CAPACITY,
         True,
         "WorkersPending",

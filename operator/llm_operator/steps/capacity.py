@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from llm_operator.policy.status import condition
 from llm_operator.policy.unschedulable import never_fits
 from llm_operator.steps.state import PassState
 
 CONDITION = "Unschedulable"
-
-
-def _condition(s: PassState, ok: bool, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "type": CONDITION,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": s.job.metadata.generation,
-    }
 
 
 def report_unschedulable(s: PassState) -> None:
@@ -27,16 +16,22 @@ def report_unschedulable(s: PassState) -> None:
     scheduling = s.progress.scheduling if s.progress is not None else ()
     pending = {p.name for p, h in s.active if h.state == "pending"}
     hopeless = [e for e in scheduling if e.pod in pending and never_fits(e)]
-    before = s.had_condition(CONDITION)
+    before, generation = s.had_condition(CONDITION), s.job.metadata.generation
     if not s.live or not hopeless:
         if before == "True":
             s.extra_conditions.append(
-                _condition(s, False, "NodePoolFits", "every Pending worker can get a node")
+                condition(
+                    CONDITION,
+                    False,
+                    "NodePoolFits",
+                    "every Pending worker can get a node",
+                    s.job.metadata.generation,
+                )
             )
         return
     first = hopeless[0]
     names = ", ".join(e.pod for e in hopeless)
     message = f"no NodePool can launch a node for {names}: Karpenter says: {first.message[:600]}"
-    s.extra_conditions.append(_condition(s, True, "NoNodePoolFits", message))
+    s.extra_conditions.append(condition(CONDITION, True, "NoNodePoolFits", message, generation))
     if before != "True":
         s.out.events.append(("Warning", "NoNodePoolFits", message))

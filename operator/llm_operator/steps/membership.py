@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from llm_operator.policy.membership import OUTSIDE_BOUND_SECONDS, left_out, members_from_world_size
+from llm_operator.policy.status import condition
 from llm_operator.steps.state import PassState
 
 CONDITION = "Members"
-
-
-def _condition(s: PassState, ok: bool, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "type": CONDITION,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": s.job.metadata.generation,
-    }
 
 
 def report_members(s: PassState) -> None:
@@ -37,7 +26,13 @@ def report_members(s: PassState) -> None:
     outside = left_out(live, s.target, s.now)
     if not outside:
         s.extra_conditions.append(
-            _condition(s, True, "AllMembers", f"every running worker trains ({len(live.pods)} members)")
+            condition(
+                CONDITION,
+                True,
+                "AllMembers",
+                f"every running worker trains ({len(live.pods)} members)",
+                s.job.metadata.generation,
+            )
         )
         pending = [since + OUTSIDE_BOUND_SECONDS for since in live.outside_since.values()]
         if pending and len(live.pods) < s.target:
@@ -49,5 +44,5 @@ def report_members(s: PassState) -> None:
         f"{names}; the members should have taken them in at a step boundary"
     )
     if s.had_condition(CONDITION) != "False":
-        s.out.events.append(("Warning", "NotAMember", message))
-    s.extra_conditions.append(_condition(s, False, "NotAMember", message))
+        s.out.events.append(("Warning", "NotAMember", message, s.job.metadata.generation))
+    s.extra_conditions.append(condition(CONDITION, False, "NotAMember", message, s.job.metadata.generation))
