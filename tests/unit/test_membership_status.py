@@ -75,7 +75,7 @@ def test_a_worker_left_out_past_the_bound_gets_one_event_and_a_false_condition()
     (cond,) = s.extra_conditions
     assert cond["type"] == "Members" and cond["status"] == "False" and cond["reason"] == "NotAMember"
     assert workers[2] in cond["message"] and "2 of 3" in cond["message"]
-    assert [e[1] for e in s.out.events] == ["NotAMember"]
+    assert [e[:2] for e in s.out.events] == [("Warning", "NotAMember")] and len(s.out.events[0]) == 3
 
     again = state(live, members_false=True)  # the next pass of the same stretch
     report_members(again)

@@ -44,5 +44,5 @@ def report_members(s: PassState) -> None:
         f"{names}; the members should have taken them in at a step boundary"
     )
     if s.had_condition(CONDITION) != "False":
-        s.out.events.append(("Warning", "NotAMember", message, s.job.metadata.generation))
+        s.out.events.append(("Warning", "NotAMember", message))
     s.extra_conditions.append(condition(CONDITION, False, "NotAMember", message, s.job.metadata.generation))
