@@ -147,3 +147,10 @@ def test_write_in_place_keeps_the_inode_and_pads_shorter_content(tmp_path: Path)
     assert path.stat().st_ino == inode
     assert path.read_text().split() == ["127.1.0.2", "b"]
     assert not files.write_in_place(path, "127.1.0.2 b\n")
+
+
+def test_each_cluster_runner_starts_in_a_24_of_its_own() -> None:
+    names = ("pytest-run-7", "pytest-kpt-7")
+    firsts = [network.IpPool(start=network.first_address(name)).take() for name in names]
+    assert firsts[0] != firsts[1]
+    assert all(ip.startswith("127.1.") and ip.endswith(".1") for ip in firsts)

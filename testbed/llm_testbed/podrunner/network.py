@@ -14,6 +14,7 @@ process can bind and reach it, and nothing leaves the machine). DNS is a per-pod
 from __future__ import annotations
 
 import ipaddress
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +23,22 @@ POD_NETWORK = ipaddress.IPv4Network("127.1.0.0/16")
 CLUSTER_DOMAIN = "cluster.local"
 
 
+def first_address(cluster: str) -> int:
+    """Where the runner of ``cluster`` starts handing out addresses: a /24 of its own, by its name.
+
+    Two pod-runner clusters on one machine (one test session's process and Karpenter clusters, both alive
+    to its end) would otherwise give their first pods the same address, and the second rendezvous etcd
+    could not bind 127.1.0.1:2379."""
+    return 254 * (zlib.crc32(cluster.encode()) % 250)
+
+
 class IpPool:
     """Hands out pod IPs round-robin (a freed address is reused as late as possible)."""
 
-    def __init__(self, network: ipaddress.IPv4Network = POD_NETWORK) -> None:
+    def __init__(self, network: ipaddress.IPv4Network = POD_NETWORK, start: int = 0) -> None:
         self._hosts = [str(ip) for ip in network.hosts() if not str(ip).endswith((".0", ".255"))]
         self._used: set[str] = set()
-        self._next = 0
+        self._next = start % len(self._hosts)
 
     def take(self, wanted: str | None = None) -> str:
         """A free address (``wanted`` if it is free and ours)."""
