@@ -26,6 +26,7 @@ from llm_operator.kueue_sync import KueueSync
 from llm_operator.live_evict import LiveEvictor
 from llm_operator.node_marking import NodeMarker
 from llm_operator.observe import pod_view
+from llm_operator.policy.placement import required_avoidance
 from llm_operator.reconcile import Plan
 
 
@@ -108,7 +109,9 @@ class PlanApplier:
                     decided.attempt,
                     decided.avoid_nodes,
                     decided.placement,
-                    decided.avoid_hard if self.karpenter else None,
+                    required_avoidance(decided.avoid_hard, decided.avoid_failing, self.marker.enabled)
+                    if self.karpenter
+                    else None,
                 ),
                 job,
             )

@@ -52,6 +52,9 @@ class Plan:
     avoid_hard: tuple[str, ...] = ()
     """Of ``avoid_nodes``, those only a required term keeps new workers off (``placement.needs_term``):
     where Karpenter serves the cluster the others become preferred terms, which it accepts."""
+    avoid_failing: tuple[str, ...] = ()
+    """Of ``avoid_nodes``, those a platform node condition reports unhealthy: with node marking on, the
+    operator taints them itself (``node_marking.condition_mark``), so they repel pods by themselves."""
     unhealthy: list[tuple[str, str]] = field(default_factory=list)
     """(node, check) of nodes found unhealthy this pass, for metrics and node marking."""
     requeue_at: float | None = None
