@@ -136,6 +136,12 @@ def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_
         return up if len(workers) == 2 and len(operator) == 1 else None
 
     wait_for(scraped, STEP_TIMEOUT, "Prometheus scraping the operator and both workers", interval=1)
+    # The operator alerts' default selector finds the target the ServiceMonitor made, and it leads.
+    rules = {r.get("alert"): r["expr"] for g in monitors.rule_groups(rendered) for r in g["rules"]}
+    for quiet in ("LLMJobOperatorDown", "LLMJobOperatorNoLeader"):
+        assert not prometheus.query(rules[quiet]), f"{quiet} would fire with the operator up and leading"
+    assert prometheus.query(rules["LLMJobOperatorDown"].replace("absent(", "(")), "it selects the operator"
+    assert prometheus.query(rules["LLMJobOperatorNoLeader"].replace(" < 1", " == 1")), "one replica leads"
     wait_for(
         lambda: prometheus.query(f"count(llm_trainer_step{{{selector}}} > 0) == 2"),
         STEP_TIMEOUT,
