@@ -25,6 +25,17 @@ RESERVED_ENV_NAMES: tuple[str, ...] = (
     "NODE_RANK",
 )
 RESERVED_ENV_PREFIXES: tuple[str, ...] = ("PET_", "TORCHELASTIC_", "LLMJOB_")
+USER_ENV_NAMES: tuple[str, ...] = ("LLMJOB_LOG_FORMAT",)
+"""Names under a reserved prefix that belong to the user: knobs of the runtime library in the worker that
+the operator never sets (``LLMJOB_LOG_FORMAT``: text or JSON log lines). Jobs and runtimes may set them."""
+
+
+def reserved_env(name: str) -> bool:
+    """Whether the operator owns the environment variable ``name`` (a job or runtime may not set it)."""
+    if name in USER_ENV_NAMES:
+        return False
+    return name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES)
+
 
 # ------------------------------------------------------------------------------------ spec.podTemplate
 # What the operator owns in a worker pod (docs/api.md, "Pod template"): a pod template that names one of
@@ -224,13 +235,16 @@ RULES_JOB_SPEC: list[dict[str, str]] = [
 
 RULES_ENV_VAR: list[dict[str, str]] = [
     _rule(
-        f"!(self.name in {_cel_list(RESERVED_ENV_NAMES)})"
-        + "".join(f" && !self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES),
+        f"self.name in {_cel_list(USER_ENV_NAMES)} || (!(self.name in {_cel_list(RESERVED_ENV_NAMES)})"
+        + "".join(f" && !self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES)
+        + ")",
         "'spec.env ' + self.name + ' is reserved: the operator sets it for torchrun (names "
         + ", ".join(RESERVED_ENV_NAMES[:4])
         + ", ..., and prefixes "
         + ", ".join(p + "*" for p in RESERVED_ENV_PREFIXES)
-        + " are owned by the operator)'",
+        + " are owned by the operator, except "
+        + ", ".join(USER_ENV_NAMES)
+        + ")'",
         ".name",
         "FieldValueForbidden",
     ),
