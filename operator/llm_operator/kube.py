@@ -43,6 +43,8 @@ class KubeError(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(f"HTTP {status}: {reason[:500]}")
         self.status = status
+        self.reason = reason
+        """The answer's body (a ``Status`` object as JSON) or the client's reason."""
 
 
 async def _checked(call: Any) -> int:
