@@ -444,8 +444,8 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Condition type: Ready, Degraded, Suspended, Complete, Failed, CheckpointNotShared, Stalled,
-    Straggler."""
+    """Condition type: Ready, Degraded, Suspended, Complete, Failed, Admitted (Kueue), CheckpointNotShared,
+    Stalled, Straggler, Members, WaitingForCapacity, Unschedulable, WorkersRefused."""
     status: Literal["True", "False", "Unknown"]
     """Condition status."""
     reason: str = ""
