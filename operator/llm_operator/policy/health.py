@@ -110,6 +110,8 @@ def assess(
     if rule is None:
         return Health("healthy")
     signal, since, detail = rule
+    if signal == NODE_CONDITION:  # broken hardware: nothing to wait for (its members are evicted first)
+        return Health("lost", signal, since=since, detail=detail, force=True)
     if signal != NODE_NOT_READY:
         return Health("lost", signal, since=since, detail=detail)
     due = (since or 0.0) + grace
