@@ -647,6 +647,23 @@ class TopologyStatus(_Model):
     """The workers occupy more than one domain."""
 
 
+class RuleFired(_Model):
+    """The last firing of a monitoring rule that ended a worker (spec.monitoring.rules)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rule: str = ""
+    """The rule's name."""
+    action: str = ""
+    """The action taken (replaceNode, restartJob, failJob, restartWorker past its restarts)."""
+    worker: str = ""
+    """The worker pod whose supervisor fired it."""
+    detail: str = ""
+    """Why, in one line (from the worker's termination message)."""
+    time: str = ""
+    """When the worker exited (RFC 3339)."""
+
+
 class LLMTrainingJobStatus(_Model):
     """What the operator observed and decided (written once per reconcile pass)."""
 
@@ -710,6 +727,11 @@ class LLMTrainingJobStatus(_Model):
     """Training progress and goodput from the workers' metrics; unset when they serve none."""
     topology: TopologyStatus | None = None
     """The domains the workers occupy (jobs with spec.scheduling.topology only)."""
+    rulesFired: int = 0
+    """Monitoring rule firings that ended a worker so far (each also an Event RuleFired; firings that only
+    record, or restart a program in its pod, are in the pod log and llm_trainer_rule_fired_total)."""
+    lastRuleFired: RuleFired | None = None
+    """The last of those firings."""
 
 
 class ObjectMeta(_Model):

@@ -69,6 +69,8 @@ def status(s: PassState) -> None:
         "processRestarts": s.process_restarts,
         "healthFailures": s.health_failures,
         "unhealthyNodes": s.unhealthy_nodes,
+        "rulesFired": s.rules_fired,
+        "lastRuleFired": s.last_rule_fired,
         "selector": labels.selector_string(job.metadata.name),
         "observedGeneration": job.metadata.generation,
         "reason": reason,
