@@ -20,6 +20,7 @@ from llm_operator.api.rules import (
     RULES_FSX,
     RULES_INIT_CONTAINER,
     RULES_JOB,
+    RULES_LOG_PATTERN,
     RULES_MONITORING_RULE,
     RULES_POD_METADATA,
     RULES_POD_VOLUME,
@@ -384,7 +385,9 @@ class MonitoringRule(_Model):
 
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     """Name of the rule (a DNS label); rules from a runtime merge with the job's by name."""
-    logPattern: str | None = Field(default=None, min_length=1, max_length=1024)
+    logPattern: str | None = Field(
+        default=None, min_length=1, max_length=1024, json_schema_extra=_cel(RULES_LOG_PATTERN)
+    )
     """RE2 pattern matched against each output line (stdout and stderr) of the program. Alone: every
     matching line is a break (e.g. 'CUDA error'). With metricThreshold, its first group is the number."""
     expectedStartCutOffSeconds: int | None = Field(default=None, ge=1, le=604800)

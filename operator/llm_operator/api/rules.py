@@ -331,18 +331,18 @@ RULE_OPERATORS: tuple[str, ...] = ("lt", "lte", "gt", "gte")
 CAPTURE_GROUP = r"(^|[^\\])(\\\\)*\((\?P?<|[^?*])"
 
 _R = "'spec.monitoring.rules[' + self.name + ']"
+# On the logPattern string itself: it must compile as RE2 (CEL's matches() is RE2). An invalid pattern makes
+# the rule an evaluation error, which the apiserver reports on this field with RE2's reason (a ternary,
+# because || and && would absorb the error).
+RULES_LOG_PATTERN: list[dict[str, str]] = [
+    _rule("''.matches(self) ? true : true", "'spec.monitoring.rules[].logPattern: not a valid RE2 pattern'"),
+]
 RULES_MONITORING_RULE: list[dict[str, str]] = [
     _rule(
         "has(self.logPattern) != has(self.loss)",
         _R + ": set logPattern (a log rule) or loss (a loss rule), exactly one'",
         ".logPattern",
         "FieldValueRequired",
-    ),
-    # The pattern must compile as RE2 (CEL's matches() is RE2): an invalid one makes the rule an error.
-    _rule(
-        "!has(self.logPattern) || (''.matches(self.logPattern) ? true : true)",
-        _R + ".logPattern: not a valid RE2 pattern'",
-        ".logPattern",
     ),
     _rule(
         f"!has(self.logPattern) || self.action in {_cel_list(LOG_RULE_ACTIONS)}",
@@ -351,7 +351,7 @@ RULES_MONITORING_RULE: list[dict[str, str]] = [
         + ", ".join(LOG_RULE_ACTIONS)
         + ")'",
         ".action",
-        "FieldValueNotSupported",
+        "FieldValueInvalid",
     ),
     _rule(
         f"!has(self.loss) || self.action in {_cel_list(LOSS_RULE_ACTIONS)}",
@@ -360,7 +360,7 @@ RULES_MONITORING_RULE: list[dict[str, str]] = [
         + ", ".join(LOSS_RULE_ACTIONS)
         + ")'",
         ".action",
-        "FieldValueNotSupported",
+        "FieldValueInvalid",
     ),
     _rule(
         "!has(self.loss) || !(has(self.expectedStartCutOffSeconds) || has(self.expectedRecurringSeconds)"
