@@ -96,7 +96,7 @@ def main() -> None:
 
     delays = []
     for _ in range(args.rounds):
-        _, out = supervise(HANG, RULES[:1], "--max-restarts=0", "--kill-grace=1")
+        _, out = supervise(HANG, RULES[:1], "--max-restarts=0", "--max-rule-restarts=1", "--kill-grace=1")
         lines = out.decode(errors="replace").splitlines()
         printed = float(next(ln for ln in lines if ln.startswith("step 1 ")).rsplit(" at ", 1)[1])
         restarted = next(json.loads(ln) for ln in lines if '"process-restarted"' in ln)

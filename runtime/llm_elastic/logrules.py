@@ -1,4 +1,4 @@
-"""Log rules (spec.monitoring.rules with logPattern), evaluated on a program's output lines.
+r"""Log rules (spec.monitoring.rules with logPattern), evaluated on a program's output lines.
 
 Pure and clocked by its caller: :class:`LogRules` is fed each output line (``line``) and the time
 (``tick``) and answers the rules that fire. The supervisor (``llm_elastic.supervise``) owns the reading
@@ -16,14 +16,22 @@ A rule *breaks*:
 - a pattern alone: every matching line.
 
 On its ``after``-th consecutive break it *fires* (and the count starts again); a matching line (a number
-that does not break, for a threshold) resets the count. Patterns are RE2, matched on the line's bytes:
-``google-re2``, which the API validation uses too, so the pod and the API server read a pattern alike.
+that does not break, for a threshold) resets the count.
+
+Patterns are RE2 (the API server and the operator refuse anything else) and are matched on the line's
+bytes. A pattern that Python's ``re`` compiles without complaint is matched by ``re``: on a bytes pattern it
+reads that RE2 syntax the same way (ASCII classes, the same anchors and flags; RE2-only syntax such as
+``\pN``, ``\z`` or ``(?U)`` is an error there) and it costs about a fifth of the ``google-re2`` binding
+per line (docs/decisions.md, "Log rules match with Python's re where it reads the pattern as RE2 does").
+The others, and POSIX classes (``[[:alpha:]]``, which ``re`` would read as a set), use ``google-re2``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +46,26 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "gt": lambda v, t: v > t,
     "gte": lambda v, t: v >= t,
 }
+
+
+def compile_pattern(pattern: str) -> Any:
+    """A compiled bytes pattern with ``search`` and ``pattern``: Python's ``re`` where it reads the RE2
+    pattern alike, else RE2. Raises :class:`RuleError` when RE2 refuses it."""
+    options = re2.Options()
+    options.log_errors = False
+    data = pattern.encode()
+    try:
+        fallback = re2.compile(data, options)
+    except re2.error as exc:
+        raise RuleError(f"logPattern {pattern!r} is not valid RE2") from exc
+    if "[:" in pattern:  # a POSIX class: RE2 knows it, re reads a set of characters
+        return fallback
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "possible nested set" and the like: not read alike
+        try:
+            return re.compile(data)
+        except (re.error, Warning):
+            return fallback
 
 
 class RuleError(ValueError):
@@ -70,7 +98,7 @@ class Rule:
 
     name: str
     pattern: Any
-    """A compiled RE2 pattern (bytes)."""
+    """The compiled bytes pattern (``compile_pattern``)."""
     action: str
     after: int = 1
     start_cutoff: float | None = None
@@ -176,8 +204,6 @@ def parse(text: str) -> list[Rule]:
         raise RuleError(f"log rules: not JSON: {exc}") from exc
     if not isinstance(items, list):
         raise RuleError("log rules: must be a JSON list")
-    options = re2.Options()
-    options.log_errors = False
     rules = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -190,9 +216,9 @@ def parse(text: str) -> list[Rule]:
         if not isinstance(pattern, str) or not pattern:
             raise RuleError(f"log rule {name}: logPattern is missing")
         try:
-            compiled = re2.compile(pattern.encode(), options)
-        except re2.error as exc:
-            raise RuleError(f"log rule {name}: logPattern {pattern!r} is not valid RE2") from exc
+            compiled = compile_pattern(pattern)
+        except RuleError as exc:
+            raise RuleError(f"log rule {name}: {exc}") from exc
         operator = str(item.get("operator") or "lt")
         if operator not in _COMPARE:
             raise RuleError(f"log rule {name}: operator {operator!r} is not one of lt, lte, gt, gte")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_elastic.logrules import LogRules, RuleError, parse
+from llm_elastic.logrules import LogRules, RuleError, compile_pattern, parse
 from llm_operator.api.validate import validate
 from llm_operator.builders.worker import launcher, rules_env
 from llm_operator.observe import format_time
@@ -315,3 +315,19 @@ def test_replace_node_rule_avoids_the_node() -> None:
     p = plan(job(status=RUNNING), pods, NODES, pods, NOW)
     assert [d.pod.name for d in p.delete] == ["llama-worker-1"] and "node-1" in p.avoid_nodes
     assert p.unhealthy == [("node-1", "rule")] and p.rules_fired == [("steps", "replaceNode")]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "engine"),
+    [
+        (r"step (\d+) loss", "re"),
+        (r"(?i)nccl error|Xid \d+", "re"),
+        (r"[[:alpha:]]+ done", "re2"),  # re would read a set of characters
+        (r"\pN+", "re2"),
+        (r"(?U)a+", "re2"),
+    ],
+)
+def test_a_pattern_re_reads_alike_is_matched_by_re_the_others_by_re2(pattern: str, engine: str) -> None:
+    assert type(compile_pattern(pattern)).__module__.split(".")[0] == engine
+    rule = _log({"name": "p", "logPattern": pattern, "action": "event", "after": 1})
+    assert rule.line(b"nothing here", 1) == [] or engine == "re2"
