@@ -226,3 +226,64 @@ def test_the_apiserver_refuses_bad_rules_with_the_field_named(
             check=False,
         )
         assert done.returncode != 0 and expected in done.stderr, (rule, done.stderr)
+
+
+RESTART_SCRIPT = """
+import os, time
+run = int(os.environ.get("LLMJOB_PROCESS_RESTARTS", "0"))
+for step in range(3):
+    print(f"step {step} loss 2.5 run {run} at {time.time():.3f}", flush=True)
+    time.sleep(0.2)
+time.sleep(600 if run == 0 else 0)
+print("done", flush=True)
+"""
+
+
+def test_restart_mode_a_hung_program_is_restarted_with_its_torchrun_agent(
+    process_cluster: LocalCluster, process_namespace: str, tmp_path: Path
+) -> None:
+    """recovery restart: the supervisor runs torchrun and restarts it (and the program) on restartWorker."""
+    cluster, ns = process_cluster, process_namespace
+    doc = _job(ns, "unused")
+    del doc["spec"]["runtimeRef"]
+    doc["spec"]["command"] = ["python", "-c", RESTART_SCRIPT]
+    doc["spec"]["failurePolicy"] = {"maxRestarts": 5, "nodeFailureGraceSeconds": 0, "recovery": "restart"}
+    doc["spec"]["monitoring"] = {
+        "rules": [
+            {
+                "name": "steps-flowing",
+                "logPattern": r"step (\d+) loss",
+                "expectedStartCutOffSeconds": 120,
+                "expectedRecurringSeconds": RECURRING,
+                "action": "restartWorker",
+            }
+        ]
+    }
+    operator = PeeredOperatorProcess(ns, tmp_path, ["--namespace", ns], [], {})
+    operator.start()
+    try:
+        _apply(cluster, ns, doc)
+        pod = f"{JOB}-worker-0"
+        log = cluster.pod_log(ns, pod, "trainer")
+
+        def second_run() -> str | None:
+            text = log.read_text(errors="replace") if log.is_file() else ""
+            return text if "step 2 loss 2.5 run 1" in text else None
+
+        text = wait_for(second_run, 180, "the program's second run after restartWorker", interval=0.5)
+        found = events(text)
+        fired = next(e for e in found if e.get("event") == "rule-fired")
+        restarted = next(e for e in found if e.get("event") == "process-restarted")
+        assert fired["rule"] == "steps-flowing" and restarted["rule"] == "steps-flowing"
+        last_step = max(
+            float(line.rsplit(" at ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("step 2 loss 2.5 run 0")
+        )
+        to_action = restarted["time"] - last_step
+        assert RECURRING <= to_action <= RECURRING + 12, to_action  # + torchrun's own stop of its worker
+        assert cluster.kube.get("pod", pod, ns)["status"]["phase"] == "Running"  # the same pod
+        print(f"rules (restart mode): last step line -> torchrun restarted {to_action:.2f}s")
+    finally:
+        operator.stop()
+        cluster.kubectl("delete", "llmtrainingjob", "--all", "-n", ns, "--wait=false", check=False)
