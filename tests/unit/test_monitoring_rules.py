@@ -3,6 +3,7 @@ log-rule evaluator, the supervisor on real processes, and the operator's handlin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from llm_operator.observe import format_time
 from llm_operator.policy.health import RULE_FIRED, assess
 from llm_operator.policy.nodehealth import parse_failure
 from llm_operator.policy.rules import parse_firing
+from llm_operator.progress import ProgressTracker, parse_sample
 from llm_operator.reconcile import plan
 
 from .jobs import job, manifest
@@ -331,3 +333,33 @@ def test_a_pattern_re_reads_alike_is_matched_by_re_the_others_by_re2(pattern: st
     assert type(compile_pattern(pattern)).__module__.split(".")[0] == engine
     rule = _log({"name": "p", "logPattern": pattern, "action": "event", "after": 1})
     assert rule.line(b"nothing here", 1) == [] or engine == "re2"
+
+
+METRICS = """# TYPE llm_trainer_step gauge
+llm_trainer_step 12
+# TYPE llm_trainer_rule_fired_total counter
+llm_trainer_rule_fired_total{rule="nan",action="skipStep"} 2.0
+llm_trainer_rule_fired_total{rule="nan-again",action="rollback"} 1.0
+"""
+
+
+def test_loss_rules_fired_in_the_workers_become_events_once() -> None:
+    sample = parse_sample(METRICS)
+    assert sample is not None
+    assert sample.rules_fired == (("nan", "skipStep", 2), ("nan-again", "rollback", 1))
+    tracker = ProgressTracker()
+    joiner = dataclasses.replace(sample, rules_fired=(("nan", "skipStep", 1),), timestamp=9.0)
+    tracker.record([sample, joiner], NOW)  # the highest count of the round is the job's
+    assert tracker.progress().latest is not None
+    assert tracker.progress().latest.rules_fired == sample.rules_fired
+    pods = [pod(0), pod(1), pod(2)]
+    live = {"recovery": "inProcess"}
+    p = plan(job(status=RUNNING, failurePolicy=live), pods, NODES, pods, NOW, tracker.progress())
+    assert p.rules_fired == [("nan", "skipStep"), ("nan", "skipStep"), ("nan-again", "rollback")]
+    assert p.status["rulesFired"] == 3 and p.status["lastRuleFired"]["rule"] == "nan-again"
+    assert [e[2] for e in p.events if e[1] == RULE_FIRED] == [
+        "rule nan fired 2 times in the workers: skipStep",
+        "rule nan-again fired in the workers: rollback",
+    ]
+    again = plan(job(status=p.status, failurePolicy=live), pods, NODES, pods, NOW + 1, tracker.progress())
+    assert again.rules_fired == [] and again.status["rulesFired"] == 3

@@ -651,7 +651,7 @@ class TopologyStatus(_Model):
 
 
 class RuleFired(_Model):
-    """The last firing of a monitoring rule that ended a worker (spec.monitoring.rules)."""
+    """The last firing of a monitoring rule the operator saw (spec.monitoring.rules)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -660,11 +660,24 @@ class RuleFired(_Model):
     action: str = ""
     """The action taken (replaceNode, restartJob, failJob, restartWorker past its restarts)."""
     worker: str = ""
-    """The worker pod whose supervisor fired it."""
+    """The worker pod whose supervisor fired it (empty: reported by the workers' metrics)."""
     detail: str = ""
     """Why, in one line (from the worker's termination message)."""
     time: str = ""
     """When the worker exited (RFC 3339)."""
+
+
+class RuleCount(_Model):
+    """How often a rule fired in the workers, as their metrics report it (llm_trainer_rule_fired_total)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rule: str = ""
+    """The rule's name."""
+    action: str = ""
+    """Its action."""
+    count: int = 0
+    """Firings the probed workers counted (the highest of them)."""
 
 
 class LLMTrainingJobStatus(_Model):
@@ -731,10 +744,13 @@ class LLMTrainingJobStatus(_Model):
     topology: TopologyStatus | None = None
     """The domains the workers occupy (jobs with spec.scheduling.topology only)."""
     rulesFired: int = 0
-    """Monitoring rule firings that ended a worker so far (each also an Event RuleFired; firings that only
-    record, or restart a program in its pod, are in the pod log and llm_trainer_rule_fired_total)."""
+    """Monitoring rule firings seen so far: log rules that ended a worker (termination message) and loss
+    rules the workers' metrics report; each also an Event RuleFired. A log rule's event and restartWorker
+    firings are in the pod log only (a restart counts in processRestarts)."""
     lastRuleFired: RuleFired | None = None
-    """The last of those firings."""
+    """The last firing (of a worker's log rule, or of a loss rule the workers' metrics report)."""
+    workerRules: list[RuleCount] = Field(default_factory=list, max_length=64)
+    """Loss rules' firings as the workers' metrics last reported them (the base for new Events)."""
 
 
 class ObjectMeta(_Model):

@@ -6,6 +6,10 @@ once, across passes and operator restarts: only firings newer than status.lastRu
 action: replaceNode is a node health failure (exit 78, ``steps.nodehealth``); restartJob restarts every
 worker (the one that fired is replaced by ``steps.failures.replace_lost``, the others are deleted with it:
 one restart); failJob fails the job.
+
+Loss rules fire in the runtime's step commit, in every member at once; the workers count them in
+``llm_trainer_rule_fired_total{rule,action}``, which the progress probe reads. ``count_worker_rules`` turns
+a rise of those counts (against status.workerRules) into the same Event, metric and status fields.
 """
 
 from __future__ import annotations
@@ -48,3 +52,26 @@ def record_rule_firings(s: PassState) -> None:
         elif firing.action == "restartJob" and s.live:
             leaving = {d.pod.uid for d in s.out.delete}
             s.out.delete += [Deletion(p, False, RULE_FIRED) for p, _ in s.active if p.uid not in leaving]
+
+
+def count_worker_rules(s: PassState) -> None:
+    """Firings the workers' metrics report (the runtime's loss rules) since the counts in status.workerRules.
+    A count below the recorded one (the probed process started after some firings) is taken as the new
+    base without an Event."""
+    latest = s.progress.latest if s.progress is not None else None
+    if latest is None:
+        return
+    recorded = {(str(r.get("rule")), str(r.get("action"))): int(r.get("count") or 0) for r in s.worker_rules}
+    seen = {(rule, action): count for rule, action, count in latest.rules_fired}
+    for (rule, action), count in sorted(seen.items()):
+        new = count - recorded.get((rule, action), 0)
+        if new <= 0:
+            continue
+        s.rules_fired += new
+        s.out.rules_fired += [(rule, action)] * new
+        detail = "reported by the workers (llm_trainer_rule_fired_total)"
+        s.last_rule_fired = {"rule": rule, "action": action, "worker": "", "detail": detail,
+                             "time": format_time(s.now)}  # fmt: skip
+        times = "" if new == 1 else f" {new} times"
+        s.out.events.append(("Warning", RULE_FIRED, f"rule {rule} fired{times} in the workers: {action}"))
+    s.worker_rules = [{"rule": r, "action": a, "count": c} for (r, a), c in sorted(seen.items())]

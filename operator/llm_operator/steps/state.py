@@ -104,6 +104,8 @@ class PassState:
     """Monitoring rule firings recorded so far (status.rulesFired)."""
     last_rule_fired: dict[str, Any] | None
     """status.lastRuleFired."""
+    worker_rules: list[dict[str, Any]]
+    """status.workerRules: the rule counts the workers' metrics reported last."""
     completion: str | None
     replacing: bool = False
     """Lost or failed workers are being replaced this pass (a restart)."""
@@ -168,6 +170,7 @@ class PassState:
             below_min_since=parse_time(old.belowMinSince),
             rules_fired=old.rulesFired,
             last_rule_fired=old.lastRuleFired.model_dump() if old.lastRuleFired else None,
+            worker_rules=[r.model_dump() for r in old.workerRules],
             completion=old.completionTime,
         )
 

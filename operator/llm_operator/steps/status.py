@@ -71,6 +71,7 @@ def status(s: PassState) -> None:
         "unhealthyNodes": s.unhealthy_nodes,
         "rulesFired": s.rules_fired,
         "lastRuleFired": s.last_rule_fired,
+        "workerRules": s.worker_rules,
         "selector": labels.selector_string(job.metadata.name),
         "observedGeneration": job.metadata.generation,
         "reason": reason,
