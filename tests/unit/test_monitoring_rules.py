@@ -363,3 +363,30 @@ def test_loss_rules_fired_in_the_workers_become_events_once() -> None:
     ]
     again = plan(job(status=p.status, failurePolicy=live), pods, NODES, pods, NOW + 1, tracker.progress())
     assert again.rules_fired == [] and again.status["rulesFired"] == 3
+
+
+@pytest.mark.parametrize(("local_rank", "logged"), [("0", True), ("1", False)])
+def test_every_pod_logs_the_step_line_a_log_rule_watches(
+    local_rank: str, logged: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Global rank 0 alone writes the step log; local rank 0 of every pod logs the progress line, so a rule
+    on 'step (\\d+) loss' sees it in every worker's log."""
+    import logging
+
+    from llm_elastic.config import ElasticConfig
+    from llm_elastic.persistence import RestoreFacts
+    from llm_elastic.reporting import Reporter
+    from llm_elastic.step import Step
+    from llm_elastic.transfer import Progress
+
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    reporter = Reporter(ElasticConfig(total_steps=5, log_every=1), {"rank": "3"}, 0, 0, None)
+    reporter.open(rank=3)
+    step = Step(None, 2)  # type: ignore[arg-type]  # the session is not read here
+    step.loss = 1.5
+    with caplog.at_level(logging.INFO):
+        reporter.step_record(step, Progress(3, 1.5, False), 0.5, 100.0, (2, 0), 0, RestoreFacts(None, ""), {})
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 3 loss")]
+    assert bool(lines) is logged
+    pattern = compile_pattern(str(STEPS["logPattern"]))
+    assert all(pattern.search(line.encode()) for line in lines)
