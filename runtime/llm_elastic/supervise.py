@@ -81,6 +81,8 @@ class _Output:
                     view = view[os.write(fd, view) :]
                 except BlockingIOError:  # pragma: no cover - a non-blocking reader of our stdout
                     time.sleep(0.001)
+                except OSError:  # our stdout is gone: keep reading, or the program blocks on a full pipe
+                    return
 
     def event(self, event: dict[str, object]) -> None:
         self.write(1, (json.dumps(event) + "\n").encode())
