@@ -106,6 +106,8 @@ class PlanApplier:
             metrics.REPLACEMENTS.inc()
             if since:
                 metrics.REACTION.observe(max(0.0, now - since))
+        for rule, action in decided.rules_fired:
+            metrics.RULE_FIRED.labels(self.namespace, self.name, rule, action).inc()
         await self.marker.record(decided.unhealthy, body, logger)
         if decided.evict:  # before the deletions: the survivors re-form without waiting for leases
             await self.evictor.evict(job, decided.evict, body, logger)
