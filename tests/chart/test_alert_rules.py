@@ -136,14 +136,10 @@ def _operator_series() -> set[str]:
     return {f.name + end for f in REGISTRY.collect() for end in suffixes.get(f.type, ())}
 
 
-COMING = {"llmjob_rule_fired_total": "issue 40 (monitoring rules) adds it to llm_operator.metrics"}
-"""Series a rule may query before the work that exports them lands (exempt only while absent)."""
-
-
 def test_the_rules_query_only_series_that_exist(helm: Helm) -> None:
     exprs = " ".join(r["expr"] for r in _rules(_groups(helm, ENABLED)))
     operator = set(re.findall(r"\bllmjob_[a-z_]+\b", exprs))
-    unknown = operator - _operator_series() - set(COMING)
+    unknown = operator - _operator_series()
     assert operator and not unknown, sorted(unknown)
     exporter = (ROOT / "runtime" / "llm_elastic" / "metrics.py").read_text()
     for name in set(re.findall(r"\bllm_trainer_([a-z_]+)\b", exprs)):
