@@ -11,10 +11,10 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
+
+from llm_testbed.local_server import LocalServer
 
 
 class EtcdStartError(RuntimeError):
@@ -35,16 +35,12 @@ def etcd_binary() -> Path:
     return ensure(["etcd"])["etcd"]
 
 
-class LocalEtcd:
+class LocalEtcd(LocalServer):
     """One etcd process; use as a context manager or call :meth:`start` / :meth:`stop`."""
 
     def __init__(self, binary: Path, workdir: Path, host: str = "127.0.0.1") -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.host = host
+        super().__init__(binary, workdir, "etcd.log", host)
         self.client_port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / "etcd.log"
 
     @property
     def endpoint(self) -> str:
@@ -73,26 +69,11 @@ class LocalEtcd:
                 "--log-level=warn",
                 "--unsafe-no-fsync",
             ]
-            self.workdir.mkdir(parents=True, exist_ok=True)
-            with self.log_path.open("ab") as log:
-                self.proc = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            if self._wait_healthy(timeout):
+            if self._launch(argv, self.healthy, timeout):
                 return self
             last = self.log_tail()
             self.stop()
         raise EtcdStartError(f"etcd did not become healthy after {attempts} attempts; log tail:\n{last}")
-
-    def _wait_healthy(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-            if self.healthy():
-                return True
-            time.sleep(0.1)
-        return False
 
     def healthy(self) -> bool:
         """Whether ``/health`` answers ``{"health": "true"}``."""
@@ -106,13 +87,6 @@ class LocalEtcd:
         finally:
             conn.close()
 
-    def log_tail(self, lines: int = 20) -> str:
-        """The last lines of etcd's log."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
     def kill(self) -> None:
         """SIGKILL: the store is gone (its node died)."""
         if self.proc is not None:
@@ -124,23 +98,3 @@ class LocalEtcd:
         """An empty etcd at the same address, as the operator's Deployment brings one up behind the same
         Service after the rendezvous pod's node was lost."""
         self.start(port=self.client_port)
-
-    def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout``; waits for the process to exit."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-    def __enter__(self) -> LocalEtcd:
-        return self.start() if self.proc is None else self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
