@@ -17,6 +17,9 @@ from typing import Self
 class LocalServer:
     """The process, its log and its lifetime; subclasses build the command line and define ``start``."""
 
+    STOP_TIMEOUT_S = 3.0
+    """How long ``stop`` waits after SIGTERM before SIGKILL."""
+
     def __init__(self, binary: Path, workdir: Path, log_name: str, host: str = "127.0.0.1") -> None:
         self.binary = binary
         self.workdir = workdir
@@ -61,8 +64,9 @@ class LocalServer:
         except OSError:
             return ""
 
-    def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout``; waits for the process to exit."""
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` (``STOP_TIMEOUT_S``); waits for the process to exit."""
+        timeout = self.STOP_TIMEOUT_S if timeout is None else timeout
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return

@@ -17,24 +17,27 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
 from llm_testbed import monitors, promtool
 from llm_testbed.local_etcd import free_port
+from llm_testbed.local_server import LocalServer
 from llm_testbed.localcluster.errors import LocalClusterError
 from llm_testbed.localcluster.kubectl import Kubectl
 from llm_testbed.localcluster.progress import say
-from llm_testbed.localcluster.waiting import poll
 
 
 class PrometheusError(LocalClusterError):
     """Prometheus did not start, or its API answered with an error."""
 
 
-class PrometheusServer:
+class PrometheusServer(LocalServer):
     """``prometheus`` as a child process; use as a context manager (stopped and its data kept on exit)."""
+
+    STOP_TIMEOUT_S = 30.0
+    """Prometheus writes its head block on SIGTERM."""
 
     def __init__(
         self,
@@ -44,10 +47,10 @@ class PrometheusServer:
         *,
         interval: str = "1s",
     ) -> None:
+        super().__init__(Path("prometheus"), folder, "prometheus.log")  # the binary is found at start
         self.folder = folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
         self.config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": ["rules.yaml"],
@@ -57,12 +60,12 @@ class PrometheusServer:
 
     @property
     def log(self) -> Path:
-        return self.folder / "prometheus.log"
+        return self.log_path
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0) -> Self:
         """Write the config and rule file, check them with promtool, start and wait for /-/ready."""
         tool = promtool.ensure()
-        binary = tool.parent / "prometheus"
+        self.binary = tool.parent / "prometheus"
         self.folder.mkdir(parents=True, exist_ok=True)
         config = self.folder / "prometheus.yml"
         (self.folder / "rules.yaml").write_text(yaml.safe_dump(self.rules, sort_keys=False))
@@ -77,41 +80,25 @@ class PrometheusServer:
         if check.returncode != 0:
             raise PrometheusError(f"promtool check config {config} failed:\n{check.stdout}{check.stderr}")
         argv = [
-            str(binary),
+            str(self.binary),
             f"--config.file={config}",
             f"--storage.tsdb.path={self.folder / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
         ]
         say("prometheus", f"starting on {self.url} (log: {self.log})")
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        poll(self._ready, timeout=timeout, what=f"Prometheus ready on {self.url}", interval=0.2)
+        if not self._launch(argv, self._ready, timeout):
+            code = self.proc.poll() if self.proc is not None else None
+            self.stop()
+            state = f"exited {code}" if code is not None else f"not ready on {self.url} within {timeout:.0f}s"
+            raise PrometheusError(f"prometheus {state}:\n{self.log_tail()}")
+        return self
 
     def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-2000:]
-            raise PrometheusError(f"prometheus exited {self.proc.returncode}:\n{tail}")
         try:
             with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as rsp:  # noqa: S310 (http on loopback)
                 return bool(rsp.status == 200)
         except OSError:
             return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def __enter__(self) -> PrometheusServer:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
     def api(self, path: str, **params: str) -> Any:
         """The ``data`` of a GET /api/v1/<path>; PrometheusError when the API reports an error."""

@@ -45,6 +45,8 @@ def registry_config(storage: Path, port: int, host: str = "127.0.0.1") -> dict[s
 class LocalRegistry(LocalServer):
     """One registry process; use as a context manager or call :meth:`start` / :meth:`stop`."""
 
+    STOP_TIMEOUT_S = 5.0
+
     def __init__(self, binary: Path, workdir: Path, host: str = "127.0.0.1") -> None:
         super().__init__(binary, workdir, "registry.log", host)
         self.port = 0
