@@ -180,7 +180,8 @@ def _pods_running_cluster(
         _pod_clusters.pop(fixture, None)
         local.collect_logs(logs)
         if local.podrunner_dir.is_dir():  # container logs and the runner's own, kept after `down`
-            shutil.copytree(local.podrunner_dir / "logs", logs / "pods", dirs_exist_ok=True)
+            if (local.podrunner_dir / "logs").is_dir():  # absent when no pod ran (or set-up failed first)
+                shutil.copytree(local.podrunner_dir / "logs", logs / "pods", dirs_exist_ok=True)
             runner_log = local.podrunner_dir / "runner.log"
             if runner_log.is_file():
                 shutil.copyfile(runner_log, logs / "podrunner.log")
