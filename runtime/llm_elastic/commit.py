@@ -1,9 +1,11 @@
 """The commit: the step's one all-reduce, packed from this member's signals and read into a frozen
 :class:`Verdict` that :class:`~llm_elastic.step.Step` exposes.
 
-Layout of the reduced tensor: the committed value, :data:`FLAGS` flags (membership changed, members
-stopping, a snapshot copy busy, restarted programs not yet counted), then per rank its local compute time,
-then per rank the job's layer-2 restart count as it knows it (a joiner knows 0: the maximum is the job's).
+Layout of the reduced tensor: the committed value, :data:`FLAGS` flags (members whose value is not finite,
+membership changed, members stopping, a snapshot copy busy, restarted programs not yet counted), then per
+rank its local compute time, then per rank the job's layer-2 restart count as it knows it (a joiner knows
+0: the maximum is the job's). The non-finite flag is computed on the value's device (no host sync) and
+rides the same all-reduce: a NaN of one member is known to every member exactly, whatever ``mean`` says.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-FLAGS = 4
-"""Flags on a commit's all-reduce: membership changed, members stopping, a snapshot copy busy, restarted
-programs not yet counted."""
+FLAGS = 5
+"""Flags on a commit's all-reduce: members with a non-finite value, membership changed, members stopping,
+a snapshot copy busy, restarted programs not yet counted."""
+HOST_FLAGS = FLAGS - 1
+"""The flags this member knows on the host (all but the non-finite one, read from the value itself)."""
 
 
 def host_values(reduced: torch.Tensor) -> list[float]:
@@ -58,6 +62,8 @@ class Verdict:
     """Each rank's local compute time of this step."""
     process_restarts: int
     """The job's layer-2 restarts of programs, as the members agree on it."""
+    nonfinite: int = 0
+    """Members whose value was not finite (NaN or infinite)."""
 
 
 class CommitWire:
@@ -83,23 +89,24 @@ class CommitWire:
             base = torch.tensor(float(value), device=self.device)
         elif base.device != self.device:
             base = base.to(self.device)
-        flags = self._flags(FLAGS + 2 * world)
+        flags = self._flags(HOST_FLAGS + 2 * world)
         flags.zero_()
         flags[0] = 1.0 if signals.changed else 0.0
         flags[1] = 1.0 if signals.stopping else 0.0
         flags[2] = 1.0 if signals.busy else 0.0
         flags[3] = 0.0 if signals.restart_announced else 1.0
-        flags[FLAGS + rank] = signals.compute_seconds
-        flags[FLAGS + world + rank] = signals.process_restarts
+        flags[HOST_FLAGS + rank] = signals.compute_seconds
+        flags[HOST_FLAGS + world + rank] = signals.process_restarts
         extra = flags.to(self.device, non_blocking=True) if self.device.type != "cpu" else flags.clone()
-        reduced = torch.cat([base.reshape(1), extra])
+        broken = torch.isfinite(base).logical_not().to(torch.float32)
+        reduced = torch.cat([base.reshape(1), broken.reshape(1), extra])
         dist.all_reduce(reduced)
         return reduced
 
     @staticmethod
     def read(values: list[float], signals: Signals, world: int, mean: bool) -> Verdict:
         """The verdict from the reduced values (read back to the host once)."""
-        total, changed_any, stopping_members, busy_any, announced = values[: 1 + FLAGS]
+        total, nonfinite, changed_any, stopping_members, busy_any, announced = values[: 1 + FLAGS]
         restarts = max(values[1 + FLAGS + world : 1 + FLAGS + 2 * world]) + announced
         return Verdict(
             value=total / world if mean else total,
@@ -109,4 +116,5 @@ class CommitWire:
             busy=busy_any > 0,
             compute_seconds=tuple(values[1 + FLAGS : 1 + FLAGS + world]),
             process_restarts=round(restarts),
+            nonfinite=round(nonfinite),
         )

@@ -59,6 +59,11 @@ class RunFinished(ElasticError):
     """The run is done; a late joiner has nothing to join."""
 
 
+class StepDropped(ElasticError):
+    """The members agreed in the commit not to apply this step (a loss rule fired): raised by
+    ``step.commit()`` so that the code after it in ``with step:`` does not run; ``with step`` swallows it."""
+
+
 class UsageError(ElasticError):
     """The training loop used the API wrongly (for example it never committed a step)."""
 
