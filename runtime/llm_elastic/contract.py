@@ -22,9 +22,12 @@ import os
 import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llm_elastic.errors import contract_error
-from llm_elastic.loss_rules import LossRule, parse_loss_rules
+
+if TYPE_CHECKING:  # the supervisor (a pod's PID 1) imports this module: it loads nothing more on the way
+    from llm_elastic.loss_rules import LossRule
 
 RESTART = "restart"
 IN_PROCESS = "inProcess"
@@ -93,6 +96,8 @@ def _loss_rules(env: Mapping[str, str]) -> tuple[LossRule, ...]:
     raw = env.get(LOSS_RULES_ENV, "")
     if not raw.strip():
         return ()
+    from llm_elastic.loss_rules import parse_loss_rules
+
     try:
         return parse_loss_rules(raw)
     except ValueError as exc:

@@ -4,6 +4,9 @@ in ``$LLMJOB_LOSS_RULES`` as the operator sets them.
 * The reference trainer: a NaN loss injected on ONE member at step 3 is dropped by every member in that
   step (``skipStep``); the same processes train on, every later loss finite, the step log exact (step 3's
   samples move on, counted as skipped), and both members end with equal, finite parameters.
+* The reference trainer alone (standalone, in this process): ``event`` applies the step, a higher ``after``
+  escalates to ``skipStep`` and then ``restartJob``, which ends the program with exit code 5; the metrics
+  endpoint counts every firing by rule and action, and the skipped steps.
 * A plain script (public API only): a dropped step changes no parameter on either member; two breaks in a
   row escalate from ``skipStep`` to ``rollback``: both members load the newest snapshot (the parameters the
   snapshotted step started from), and the replayed steps train exactly as the first time.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,9 @@ import torch
 from live_support import check_exact_sequence, member_argv, records, start_member
 from llm_elastic import audit
 from llm_elastic.snapshot.store import entries_of, entry_view, inventory
-from llm_testbed.local_etcd import LocalEtcd
+from llm_testbed.local_etcd import LocalEtcd, free_port
+from llm_trainer.config import TrainConfig
+from llm_trainer.train import NAN_AT_STEPS_ENV, Trainer
 from support.live_events import events
 from trainer_support import Processes, trainer_env
 
@@ -133,3 +139,37 @@ def test_a_plain_script_skips_then_rolls_back_to_the_snapshot(
     assert found.ok, found.problems
     assert found.skipped == [3, 6, 7] and found.replayed == 3 and found.steps == 9
     assert all(r["loss"] is not None for r in log if not r.get("skipped"))
+
+
+def test_event_applies_the_step_and_the_escalation_ends_in_restart_job_counted_by_rule(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = [
+        {"name": "log", "action": "event"},
+        {"name": "drop", "action": "skipStep", "after": 2},
+        {"name": "give-up", "action": "restartJob", "after": 3},
+    ]
+    monkeypatch.setenv(NAN_AT_STEPS_ENV, "2,3,4")
+    port = free_port()
+    cfg = TrainConfig(
+        data=str(corpus), checkpoint_dir=str(tmp_path), model="tiny", seq_len=32, global_batch=4,
+        micro_batch=4, steps=6, checkpoint_every=0, async_checkpoint=False, metrics_port=port,
+    )  # fmt: skip
+    trainer = Trainer(cfg, {"LLMJOB_LOSS_RULES": json.dumps(rules)})
+    with pytest.raises(SystemExit) as exited:
+        trainer.train()
+    assert exited.value.code == 5  # EXIT_STATE_LOST: final for the supervisor, the job comes back
+    out = capsys.readouterr().out
+    assert _fired(out) == [("log", "event", 2), ("drop", "skipStep", 3), ("give-up", "restartJob", 4)]
+    log = records(tmp_path / "metrics.jsonl")
+    assert [(r["step"], r["loss"] is None, bool(r.get("skipped"))) for r in log] == [
+        (1, False, False),
+        (2, True, False),  # event: recorded only, the step was applied
+        (3, True, True),
+        (4, True, True),  # dropped, then the program ended
+    ]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for rule, action in (("log", "event"), ("drop", "skipStep"), ("give-up", "restartJob")):
+        assert f'llm_trainer_rule_fired_total{{action="{action}",rank="0",rule="{rule}"}} 1.0' in text, text
+    assert 'llm_trainer_skipped_steps_total{rank="0"} 2.0' in text
