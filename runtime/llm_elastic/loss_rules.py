@@ -2,7 +2,7 @@
 
 The operator hands a job's loss rules to every worker as ``$LLMJOB_LOSS_RULES``, a JSON list of
 ``{"name": str, "action": str, "after": int}`` (``after`` defaults to 1). Every member learns in the same
-commit how many members had a non-finite loss (:class:`~llm_elastic.commit.Verdict`), so every member
+commit whether any member had a non-finite loss (:class:`~llm_elastic.commit.Verdict`), so every member
 counts the same streak of consecutive broken steps and picks the same rule:
 
 * the rules *reached* are those whose ``after`` is at most the streak;
@@ -113,9 +113,9 @@ class LossGuard:
         self.rules = tuple(rules)
         self.streak = 0
 
-    def judge(self, nonfinite_members: int, step: int) -> Firing | None:
-        """After a commit of step ``step`` (1-based) where ``nonfinite_members`` had a non-finite value."""
-        if nonfinite_members <= 0:
+    def judge(self, nonfinite: bool, step: int) -> Firing | None:
+        """After the commit of step ``step`` (1-based); ``nonfinite``: some member's value was not finite."""
+        if not nonfinite:
             self.streak = 0
             return None
         self.streak += 1

@@ -69,13 +69,14 @@ def test_the_highest_after_reached_fires_and_the_streak_restarts() -> None:
     tie = (LossRule("first", "event", 2), LossRule("second", "skipStep", 2))
     assert choose(tie, 2) == tie[0]  # a tie: the first listed
     guard = LossGuard(SKIP_THEN_ROLLBACK)
-    fired = [guard.judge(n, step) for step, n in enumerate([1, 1, 0, 1, 2, 1], start=1)]
+    breaks = [True, True, False, True, True, True]
+    fired = [guard.judge(broken, step) for step, broken in enumerate(breaks, start=1)]
     actions = [f.action if f else None for f in fired]
     assert actions == ["skipStep", "skipStep", None, "skipStep", "skipStep", "rollback"]
     assert fired[5] is not None and (fired[5].step, fired[5].streak, fired[5].drops) == (6, 3, True)
     guard.reset()
-    assert guard.judge(1, 7) is not None and guard.streak == 1
-    assert LossGuard([LossRule("only-third", "event", 3)]).judge(1, 1) is None  # no rule reached: applied
+    assert guard.judge(True, 7) is not None and guard.streak == 1
+    assert LossGuard([LossRule("only-third", "event", 3)]).judge(True, 1) is None  # none reached: applied
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ def test_the_commit_counts_non_finite_values_in_its_one_all_reduce(
     assert collectives == ["c10d::allreduce_"]  # the flag rides the commit's one collective
     assert reduced.numel() == 1 + FLAGS + 2
     verdict = CommitWire.read(reduced.tolist(), signals, 1, mean)
-    assert verdict.nonfinite == (0 if value == 2.5 else 1)
+    assert verdict.nonfinite == (value != 2.5)
 
 
 def _record(step: int, **extra: Any) -> dict[str, Any]:
