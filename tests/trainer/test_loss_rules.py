@@ -10,6 +10,8 @@ in ``$LLMJOB_LOSS_RULES`` as the operator sets them.
 * A plain script (public API only): a dropped step changes no parameter on either member; two breaks in a
   row escalate from ``skipStep`` to ``rollback``: both members load the newest snapshot (the parameters the
   snapshotted step started from), and the replayed steps train exactly as the first time.
+* The same escalation in a fixed process group (standalone, as in restart mode): the steps replayed after
+  the rollback give exactly the losses of a run without the NaNs.
 """
 
 from __future__ import annotations
@@ -173,3 +175,32 @@ def test_event_applies_the_step_and_the_escalation_ends_in_restart_job_counted_b
     for rule, action in (("log", "event"), ("drop", "skipStep"), ("give-up", "restartJob")):
         assert f'llm_trainer_rule_fired_total{{action="{action}",rank="0",rule="{rule}"}} 1.0' in text, text
     assert 'llm_trainer_skipped_steps_total{rank="0"} 2.0' in text
+
+
+def test_rollback_in_a_fixed_group_replays_from_the_snapshot_like_a_clean_run(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same escalation in the fixed process group of restart mode and standalone (here standalone): the
+    steps replayed after the rollback lose exactly what a run without the NaNs loses."""
+    rules = [*SKIP, {"name": "nan-again", "action": "rollback", "after": 2}]
+
+    def run(folder: Path, nan_steps: str) -> list[dict[str, Any]]:
+        monkeypatch.setenv(NAN_AT_STEPS_ENV, nan_steps)
+        cfg = TrainConfig(
+            data=str(corpus), checkpoint_dir=str(folder), model="tiny", seq_len=32, global_batch=4,
+            micro_batch=4, steps=6, checkpoint_every=0, async_checkpoint=False, metrics_port=0,
+            snapshot_every=2, snapshot_dir=str(folder / "shm"),
+        )  # fmt: skip
+        assert Trainer(cfg, {"LLMJOB_LOSS_RULES": json.dumps(rules)}).train() == 0
+        return records(folder / "metrics.jsonl")
+
+    clean = run(tmp_path / "clean", "")
+    broken = run(tmp_path / "broken", "3,4")  # skip 3, then roll back at 4 to the snapshot of step 2
+    assert [(r["step"], bool(r.get("skipped"))) for r in broken] == [
+        (1, False), (2, False), (3, True), (4, True), (3, False), (4, False), (5, False), (6, False),
+    ]  # fmt: skip
+    assert broken[4]["resumed_from"] == 2 and broken[4]["restore_source"] == "memory"
+    found = audit(broken)
+    assert found.ok and found.skipped == [3, 4] and found.replayed == 2, found.problems
+    replayed = [r["loss"] for r in broken[4:]]
+    assert replayed == [r["loss"] for r in clean[2:]]  # model, optimizer and data as if nothing happened
