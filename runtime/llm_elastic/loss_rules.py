@@ -13,8 +13,10 @@ N-th. The streak restarts at 0 after a finite step, after a rollback, and in eve
 
 Actions: ``event`` records only (the step is applied); ``skipStep`` drops the step on every member (no
 update, the step index and its samples move on, counted as skipped); ``rollback`` drops it and loads the
-newest in-memory snapshot; ``restartJob`` and ``failJob`` drop it and end every member's program with the
-exit code in :data:`EXIT_CODES`. Pure and torch-free (a program's CLI and the contract read it).
+newest in-memory snapshot; ``restartJob`` and ``failJob`` drop it and end every member's program with
+:data:`~llm_elastic.errors.EXIT_RULE_FIRED` (79) and the termination message :meth:`Firing.termination_line`,
+the operator's contract for a rule that ends a worker (docs/CONTRACTS.md). Pure and torch-free (a program's
+CLI and the contract read it).
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from llm_elastic.errors import EXIT_STATE_LOST
 
 EVENT = "event"
 SKIP_STEP = "skipStep"
@@ -35,11 +35,8 @@ ACTIONS = (EVENT, SKIP_STEP, ROLLBACK, RESTART_JOB, FAIL_JOB)
 DROPPING = frozenset({SKIP_STEP, ROLLBACK, RESTART_JOB, FAIL_JOB})
 """Actions under which no member applies the broken step."""
 
-EXIT_CODES = {RESTART_JOB: EXIT_STATE_LOST, FAIL_JOB: EXIT_STATE_LOST}
-"""How a program ends for the job-level actions. The operator knows no exit code that means "restart the
-job" or "fail the job": 5 (the state is lost, only a job restart helps) is final for the pod's supervisor,
-so every worker's pod ends and the job comes back from its newest snapshot or checkpoint. ``failJob`` is
-told apart by the ``rule-fired`` line each member prints (the operator side reads it)."""
+ENDING = frozenset({RESTART_JOB, FAIL_JOB})
+"""Actions that end every member's program (exit 79 with a termination message)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +100,16 @@ class Firing:
     def drops(self) -> bool:
         """No member applies the step."""
         return self.action in DROPPING
+
+    @property
+    def ends(self) -> bool:
+        """Every member's program ends (``restartJob``, ``failJob``)."""
+        return self.action in ENDING
+
+    def termination_line(self) -> str:
+        """The termination message of a worker this firing ends: ``rule-fired: <rule> <action>: <detail>``."""
+        detail = f"non-finite loss at step {self.step} ({self.streak} in a row)"
+        return f"rule-fired: {self.rule} {self.action}: {detail}"
 
 
 class LossGuard:

@@ -41,10 +41,11 @@ from llm_elastic.commit import CommitWire, Verdict
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, read_contract
 from llm_elastic.data import ElasticSampler
-from llm_elastic.errors import contract_error
+from llm_elastic.errors import EXIT_RULE_FIRED, contract_error
+from llm_elastic.health import write_termination_message
 from llm_elastic.health_watch import HealthWatch
 from llm_elastic.leave import Leave
-from llm_elastic.loss_rules import EXIT_CODES, ROLLBACK, Firing, LossGuard
+from llm_elastic.loss_rules import ROLLBACK, Firing, LossGuard
 from llm_elastic.modes import World, backend_for, make_mode, pick_device
 from llm_elastic.persistence import Persistence, RestoreFacts, layout_key
 from llm_elastic.reporting import Reporter
@@ -75,6 +76,7 @@ class Elastic:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.contract = read_contract(env, tuple(modes))
+        self.contract_env = env
         self.config = config.resolved(self.contract)
         problems = self.config.problems()
         if problems:
@@ -210,12 +212,11 @@ class Elastic:
             self.recovery.completed(self)
             self.reporter.event("rolled-back", step=firing.step, to=restored.step, rule=firing.rule)
             return
-        code = EXIT_CODES.get(firing.action)
-        if code is not None:
-            log.error(
-                "rule %r (%s) fired at step %d: ending the program", firing.rule, firing.action, firing.step
-            )
-            raise Leave(code)
+        if firing.ends:
+            line = firing.termination_line()
+            write_termination_message(line, self.contract_env)
+            log.error("%s: ending the program (exit %d)", line, EXIT_RULE_FIRED)
+            raise Leave(EXIT_RULE_FIRED)
 
     def complete(self, step: Step) -> None:
         """The step ended (applied, or dropped by a loss rule): count it, report it."""

@@ -5,8 +5,9 @@ in ``$LLMJOB_LOSS_RULES`` as the operator sets them.
   step (``skipStep``); the same processes train on, every later loss finite, the step log exact (step 3's
   samples move on, counted as skipped), and both members end with equal, finite parameters.
 * The reference trainer alone (standalone, in this process): ``event`` applies the step, a higher ``after``
-  escalates to ``skipStep`` and then ``restartJob``, which ends the program with exit code 5; the metrics
-  endpoint counts every firing by rule and action, and the skipped steps.
+  escalates to ``skipStep`` and then ``restartJob``, which ends the program with exit code 79 and the
+  operator's termination message; the metrics endpoint counts every firing by rule and action, and the
+  skipped steps.
 * A plain script (public API only): a dropped step changes no parameter on either member; two breaks in a
   row escalate from ``skipStep`` to ``rollback``: both members load the newest snapshot (the parameters the
   snapshotted step started from), and the replayed steps train exactly as the first time.
@@ -157,10 +158,12 @@ def test_event_applies_the_step_and_the_escalation_ends_in_restart_job_counted_b
         data=str(corpus), checkpoint_dir=str(tmp_path), model="tiny", seq_len=32, global_batch=4,
         micro_batch=4, steps=6, checkpoint_every=0, async_checkpoint=False, metrics_port=port,
     )  # fmt: skip
-    trainer = Trainer(cfg, {"LLMJOB_LOSS_RULES": json.dumps(rules)})
+    message = tmp_path / "termination-log"
+    trainer = Trainer(cfg, {"LLMJOB_LOSS_RULES": json.dumps(rules), "LLMJOB_TERMINATION_LOG": str(message)})
     with pytest.raises(SystemExit) as exited:
         trainer.train()
-    assert exited.value.code == 5  # EXIT_STATE_LOST: final for the supervisor, the job comes back
+    assert exited.value.code == 79  # a rule ended the worker: the operator restarts every worker
+    assert message.read_text() == "rule-fired: give-up restartJob: non-finite loss at step 4 (3 in a row)\n"
     out = capsys.readouterr().out
     assert _fired(out) == [("log", "event", 2), ("drop", "skipStep", 3), ("give-up", "restartJob", 4)]
     log = records(tmp_path / "metrics.jsonl")
