@@ -12,11 +12,19 @@ that authenticates as its own ServiceAccount, so kube-apiserver's audit log (pol
    replacement ``ADDED``, p50/p99; the operator's requests per loss (loss and node return);
 4. resize: K jobs scaled from W to W-2: requests per resize.
 
+With ``--baseline`` a step 0 runs first on the same cluster: the same J x W worker pods (the operator's own
+``worker_pod()`` manifests, ownerless) posted with no operator by as many concurrent clients, timed to all
+``ADDED``, all bound and all ``Running``, with each component's CPU over that window (this process's
+recorder included); then they are deleted and step 1 runs. It prints
+``created: operator X s, control plane alone Y s, ratio R``. ``--quiet-background`` runs the operator
+with progress probes and index audits off, to price that background work against the reaction.
+
 The recorder keeps a few fields per event (name, uid, job, phase, node readiness), never the objects,
 and appends them to events.jsonl in the work folder (printed at the start, kept).
 
     .venv/bin/python bench/scale.py --jobs 1000 --workers 8 --failures 20 --rest 120 --resizes 20
     .venv/bin/python bench/scale.py --jobs 1000 --profile      # + py-spy (set PY_SPY) of the operator
+    .venv/bin/python bench/scale.py --jobs 1000 --workers 8 --baseline   # the control plane alone first
 """
 
 from __future__ import annotations
@@ -46,7 +54,8 @@ import yaml
 from elasticity import job_doc, percentile  # bench/ is on sys.path when a bench script runs
 from kubernetes_asyncio import client, config
 from llm_operator import labels
-from llm_operator.api.models import GROUP, PLURAL, VERSION
+from llm_operator.api.models import GROUP, PLURAL, VERSION, LLMTrainingJob
+from llm_operator.builders.worker import worker_pod
 from llm_testbed import audit
 from llm_testbed.localcluster import chaos, nodes, ports, tools
 from llm_testbed.localcluster.cluster import LocalCluster
@@ -104,6 +113,8 @@ class Recorder:
         self.stop = threading.Event()
         self.sink = sink
         self.pod_added: dict[str, float] = {}
+        self.pod_bound: dict[str, float] = {}
+        self.pod_running: dict[str, float] = {}
         self.live: dict[str, set[str]] = collections.defaultdict(set)
         self.react: list[tuple[float, str, str, str]] = []  # (t, type, name, uid)
         self.running_at: dict[str, float] = {}
@@ -166,6 +177,10 @@ class Recorder:
                 job = (meta.get("labels") or {}).get(labels.JOB_NAME, "")
                 if kind_of_event == "ADDED":
                     self.pod_added.setdefault(name, at)
+                if (obj.get("spec") or {}).get("nodeName"):
+                    self.pod_bound.setdefault(name, at)
+                if (obj.get("status") or {}).get("phase") == "Running":
+                    self.pod_running.setdefault(name, at)
                 if kind_of_event == "DELETED" or meta.get("deletionTimestamp"):
                     self.live[job].discard(name)
                 else:
@@ -190,9 +205,15 @@ class Recorder:
         if row is not None and self.sink is not None:
             self.sink.write(json.dumps(row) + "\n")
 
-    def created(self, after: float, prefix: str) -> list[float]:
+    def created(self, after: float, prefix: str, table: str = "pod_added") -> list[float]:
+        """First times (``table``: pod_added, pod_bound or pod_running) of the pods named ``prefix*``."""
         with self.lock:
-            return [t for n, t in self.pod_added.items() if t >= after and n.startswith(prefix)]
+            times: dict[str, float] = getattr(self, table)
+            return [t for n, t in times.items() if t >= after and n.startswith(prefix)]
+
+    def live_with(self, prefix: str) -> int:
+        with self.lock:
+            return sum(len(names) for job, names in self.live.items() if job.startswith(prefix))
 
     def live_count(self, job: str) -> int:
         with self.lock:
@@ -253,12 +274,18 @@ def operator_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
     return path
 
 
+QUIET_BACKGROUND = {"LLMJOB_PROGRESS_SECONDS": "0", "LLMJOB_INDEX_AUDIT_SECONDS": "0"}
+"""``--quiet-background``: no progress probes, no periodic index audits (settings.py names both)."""
+
+
 def start_operator(
-    log: Path, kubeconfig: Path, metrics_port: int, heap_file: Path
+    log: Path, kubeconfig: Path, metrics_port: int, heap_file: Path, quiet: bool = False
 ) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-c", OPERATOR_SHIM, "operator", "--standalone", "--namespace", NS]
     argv += ["--metrics-port", str(metrics_port), "--liveness-port", "0", "--log-level", "warning"]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "LLMJOB_BENCH_HEAP": str(heap_file)}
+    if quiet:
+        env.update(QUIET_BACKGROUND)
     return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
 
@@ -379,20 +406,71 @@ def requests_of(tail: audit.AuditTail, per: float) -> dict[str, Any]:
     }
 
 
-def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: float) -> dict[str, float]:
-    docs = [
-        job_doc(f"tp-{i}", per_job, per_job, gpusPerNode=0, rendezvous={"endpoint": "etcd.bench:2379"})
-        for i in range(jobs)
-    ]
+CLIENTS = 8
+"""Concurrent clients that post the jobs (and, for the baseline, the pods), like a busy platform."""
+
+
+def bench_job(name: str, per_job: int) -> dict[str, Any]:
+    """The job both cases make: J of them, W CPU workers each."""
+    return job_doc(name, per_job, per_job, gpusPerNode=0, rendezvous={"endpoint": "etcd.bench:2379"})
+
+
+def submit_all(kube: Kubectl, docs: list[dict[str, Any]]) -> float:
+    """Create ``docs`` by ``CLIENTS`` concurrent kubectl clients; the seconds it took."""
     start = time.monotonic()
-    chunks = [docs[i::8] for i in range(8)]  # 8 clients at once, like a busy platform
 
     def submit(chunk: list[dict[str, Any]]) -> None:
         kube.run("create", "-f", "-", input=yaml.safe_dump_all(chunk), timeout=900)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(submit, chunks))
-    t_apply = time.monotonic() - start
+    with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+        list(pool.map(submit, [chunk for i in range(CLIENTS) if (chunk := docs[i::CLIENTS])]))
+    return time.monotonic() - start
+
+
+def baseline_pods(jobs: int, per_job: int) -> list[dict[str, Any]]:
+    """The worker pods the operator would create for the jobs (its own ``worker_pod()``), without their
+    owner: the garbage collector would delete pods of a job that does not exist."""
+    pods = []
+    for i in range(jobs):
+        doc = bench_job(f"bl-{i}", per_job)
+        doc["metadata"]["uid"] = f"baseline-{i}"
+        job = LLMTrainingJob.model_validate(doc)
+        for index in range(per_job):
+            pod = worker_pod(job, index, 0)
+            pod["metadata"].pop("ownerReferences", None)
+            pods.append(pod)
+    return pods
+
+
+def baseline(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: float) -> dict[str, Any]:
+    """Step 0: the control plane alone posts, binds and runs the J x W pods; then they are deleted."""
+    pods = baseline_pods(jobs, per_job)
+    start = time.monotonic()
+    t_apply = submit_all(kube, pods)
+    print(f"  {len(pods)} pods submitted in {t_apply:.1f}s (load {load()})", flush=True)
+    out: dict[str, Any] = {"apply_s": round(t_apply, 1)}
+    for table, what in (("pod_added", "added"), ("pod_bound", "bound"), ("pod_running", "running")):
+        with contextlib.suppress(WaitTimeout):  # record how far it got rather than nothing
+            poll(lambda t=table: len(rec.created(start, "bl-", t)) >= len(pods), timeout=limit,
+                 what=f"all baseline pods {what}", interval=1)  # fmt: skip
+        times = rec.created(start, "bl-", table)
+        out[f"all_{what}_s"] = round(max(times) - start, 1) if len(times) >= len(pods) else float("nan")
+        out[f"{what}_count"] = len(times)
+        print(f"  all {what}: {out[f'all_{what}_s']}s ({len(times)} pods, load {load()})", flush=True)
+    return out
+
+
+def remove_baseline(kube: Kubectl, rec: Recorder) -> None:
+    """Delete the baseline's pods (no grace: kwok's pods run nothing) and wait until they are gone."""
+    kube.run("delete", "pods", "-n", NS, "--selector", f"{labels.ROLE}=worker", "--grace-period=0",
+             "--force", "--wait=false", timeout=900)  # fmt: skip
+    poll(lambda: rec.live_with("bl-") == 0, timeout=900, what="the baseline's pods gone", interval=1)
+
+
+def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: float) -> dict[str, float]:
+    docs = [bench_job(f"tp-{i}", per_job) for i in range(jobs)]
+    start = time.monotonic()
+    t_apply = submit_all(kube, docs)
     print(f"  submitted in {t_apply:.1f}s (load {load()})", flush=True)
     poll(lambda: len(rec.created(start, "tp-")) >= jobs * per_job, timeout=1800, what="all pods", interval=1)
     created = rec.created(start, "tp-")
@@ -492,6 +570,10 @@ def main() -> int:
     parser.add_argument("--node-pods", type=int, default=1000, help="pods per big fake CPU node")
     parser.add_argument("--profile", action="store_true", help="py-spy the operator ($PY_SPY or on PATH)")
     parser.add_argument("--running-timeout", type=float, default=900.0, help="give up on all Running after")
+    parser.add_argument("--baseline", action="store_true", help="first the same pods with no operator")
+    parser.add_argument(
+        "--quiet-background", action="store_true", help="operator without progress probes and index audits"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     parser.add_argument("--name", default="llmjob-scale")
     args = parser.parse_args()
@@ -517,22 +599,31 @@ def main() -> int:
     )
     heap_file = work / "heap.json"
     metrics_port = ports.pick(["metrics"], taken=set())["metrics"]
-    op = start_operator(
-        work / "operator.log",
-        operator_kubeconfig(cluster, work / "op.kubeconfig"),
-        metrics_port,
-        heap_file,
-    )
-    op_proc = psutil.Process(op.pid)
-    procs = {"operator": op_proc}
+    procs = {"bench (recorder)": psutil.Process()}
     for component, pid in cluster.component_pids().items():
         with contextlib.suppress(psutil.Error):
             procs[component] = psutil.Process(pid)
     sink = (work / "events.jsonl").open("w")
     rec = Recorder(sink)
     rec.start()
-    tail = audit.AuditTail(cluster.audit_log)
     results: dict[str, Any] = {"jobs": args.jobs, "workers": args.workers}
+    if args.baseline:
+        print(f"baseline: {args.jobs} x {args.workers} worker pods, no operator (load {load()})", flush=True)
+        usage = Usage(procs)
+        results["baseline"] = baseline(kube, rec, args.jobs, args.workers, args.running_timeout)
+        results["baseline"]["usage"] = usage.since()
+        print(json.dumps(results["baseline"], indent=1), flush=True)
+        remove_baseline(kube, rec)
+    op = start_operator(
+        work / "operator.log",
+        operator_kubeconfig(cluster, work / "op.kubeconfig"),
+        metrics_port,
+        heap_file,
+        quiet=args.quiet_background,
+    )
+    op_proc = psutil.Process(op.pid)
+    procs["operator"] = op_proc
+    tail = audit.AuditTail(cluster.audit_log)
     rss = PeakRss(op_proc)
     try:
         poll(
@@ -550,6 +641,10 @@ def main() -> int:
         if prof is not None:
             results["throughput"]["profile"] = prof.stop()
         print(json.dumps(results["throughput"], indent=1), flush=True)
+        if args.baseline:
+            mine, alone = results["throughput"]["all_pods_s"], results["baseline"]["all_added_s"]
+            ratio = mine / alone
+            print(f"created: operator {mine:.1f} s, control plane alone {alone:.1f} s, ratio {ratio:.2f}")
 
         settle = 20.0
         print(f"rest: {settle:.0f}s to settle, then {args.rest:.0f}s measured (load {load()})", flush=True)
@@ -616,6 +711,8 @@ def main() -> int:
             if prof is not None:
                 results["reaction"]["profile"] = prof.stop()
             print(json.dumps(results["reaction"], indent=1), flush=True)
+            reaction = results["reaction"]
+            print(f"reaction p50 {reaction['p50_ms']} ms p99 {reaction['p99_ms']} ms", flush=True)
 
         if args.resizes:
             names = [f"tp-{i}" for i in range(min(args.resizes, args.jobs))]

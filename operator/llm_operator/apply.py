@@ -21,11 +21,23 @@ from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.worker import worker_pod
 from llm_operator.expectations import Expectations
-from llm_operator.kube import Kube
+from llm_operator.kube import Kube, KubeError
 from llm_operator.kueue_sync import KueueSync
 from llm_operator.live_evict import LiveEvictor
 from llm_operator.node_marking import NodeMarker
 from llm_operator.observe import pod_view
+from llm_operator.policy.placement import required_avoidance
+from llm_operator.policy.refusals import (
+    CONDITION as REFUSED,
+)
+from llm_operator.policy.refusals import (
+    REFUSED_STATUSES,
+    Refusal,
+    refusal_condition,
+    refusal_event,
+    refusal_message,
+)
+from llm_operator.policy.status import merge_conditions
 from llm_operator.reconcile import Plan
 
 
@@ -35,6 +47,8 @@ class Applied:
 
     now: float
     created: list[str]
+    refused: list[Refusal] = dataclasses.field(default_factory=list)
+    """Workers the API server refused to create (admission): they do not exist."""
 
 
 def at_size(status: Mapping[str, Any], spares: int) -> bool:
@@ -92,6 +106,8 @@ class PlanApplier:
             metrics.REPLACEMENTS.inc()
             if since:
                 metrics.REACTION.observe(max(0.0, now - since))
+        for rule, action in decided.rules_fired:
+            metrics.RULE_FIRED.labels(self.namespace, self.name, rule, action).inc()
         await self.marker.record(decided.unhealthy, body, logger)
         if decided.evict:  # before the deletions: the survivors re-form without waiting for leases
             await self.evictor.evict(job, decided.evict, body, logger)
@@ -108,14 +124,21 @@ class PlanApplier:
                     decided.attempt,
                     decided.avoid_nodes,
                     decided.placement,
-                    decided.avoid_hard if self.karpenter else None,
+                    required_avoidance(decided.avoid_hard, decided.avoid_failing, self.marker.enabled)
+                    if self.karpenter
+                    else None,
                 ),
                 job,
             )
             for index in decided.create
         ]
-        created = await asyncio.gather(*(self.kube.create(p) for p in pods))
-        for pod, made in zip(pods, created, strict=True):
+        answers = await asyncio.gather(*(self._create(p) for p in pods))
+        created = [a is True for a in answers]
+        refused = [a for a in answers if isinstance(a, Refusal)]
+        for pod, answer, made in zip(pods, answers, created, strict=True):
+            if isinstance(answer, Refusal):  # never created: nothing to expect, the next pass tries again
+                logger.warning(f"worker {answer.pod} refused: {answer.message}")
+                continue
             view = pod_view(pod)
             if view is not None:  # not in the watch yet: created just now
                 self.expect.expect_created(dataclasses.replace(view, created=now))
@@ -127,7 +150,16 @@ class PlanApplier:
             old, new, _ = decided.resize
             metrics.RESIZES.labels("up" if new > old else "down").inc()
         made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
-        return Applied(now, made_names)
+        return Applied(now, made_names, refused)
+
+    async def _create(self, pod: dict[str, Any]) -> bool | Refusal:
+        """``Kube.create``; a refusal of the pod itself (admission, quota) as a :class:`Refusal`."""
+        try:
+            return await self.kube.create(pod)
+        except KubeError as exc:
+            if exc.status not in REFUSED_STATUSES:
+                raise
+            return Refusal(pod["metadata"]["name"], exc.status, refusal_message(exc.status, exc.reason))
 
     def announce(
         self,
@@ -136,9 +168,14 @@ class PlanApplier:
         status: Mapping[str, Any],
         body: kopf.Body,
         logger: kopf.Logger,
+        previous: Mapping[str, Any] | None = None,
     ) -> None:
-        """After the status write: the Events (logged too) and the job's gauges."""
+        """After the status write: the Events (logged too) and the job's gauges. ``previous``: the status
+        before this pass (a refusal already reported in it posts no second Event)."""
         events = plan_events(decided, applied.created)
+        refusal = refusal_event((previous or {}).get("conditions") or [], _refusal_of(status))
+        if refusal is not None:
+            events.append(refusal)
         for _, reason, message in events:
             logger.info(f"{reason}: {message}")
         for level, reason, message in events:
@@ -154,3 +191,20 @@ class PlanApplier:
         metrics.observe_job(namespace, name, status["phase"], sizes)
         metrics.observe_progress(namespace, name, status.get("progress"), applied.now)
         metrics.observe_topology(namespace, name, bool((status.get("topology") or {}).get("spread")))
+
+
+def _refusal_of(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == REFUSED), None)
+
+
+def with_refusals(
+    status: Mapping[str, Any], previous: Mapping[str, Any], applied: Applied, generation: int
+) -> dict[str, Any]:
+    """The pass's status with condition ``WorkersRefused`` (``llm_operator.policy.refusals``) added."""
+    before = list(previous.get("conditions") or [])
+    cond = refusal_condition(before, applied.refused, len(applied.created), generation)
+    if cond is None:
+        return dict(status)
+    (stamped,) = merge_conditions(before, [cond], applied.now)
+    kept = [c for c in status.get("conditions") or [] if c.get("type") != stamped["type"]]
+    return {**status, "conditions": [*kept, stamped]}

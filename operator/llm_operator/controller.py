@@ -19,7 +19,7 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
-from llm_operator.apply import PlanApplier, at_size
+from llm_operator.apply import PlanApplier, at_size, with_refusals
 from llm_operator.builders.desired import support_objects
 from llm_operator.expectations import Expectations
 from llm_operator.ghosts import Ghosts, IndexAudit
@@ -167,11 +167,14 @@ class JobController:
         workload = self.kueue.workload_of(self.workloads, job)
         admission = await self.kueue.admission(job, workload)
         decided = plan(job, mine, nodes, everyone, now, self.prober.tracker.progress(), admission)
+        previous = self.status.current(body)
         applied = await self.applier.pods(job, decided, body, logger)
-        status = {**decided.status, "runtime": self.runtime.copy}
+        status = with_refusals(
+            {**decided.status, "runtime": self.runtime.copy}, previous, applied, job.metadata.generation
+        )
         self.at_size = at_size(status, job.spec.spareReplicas)
         await self.status.write(body, status)
-        self.applier.announce(decided, applied, status, body, logger)
+        self.applier.announce(decided, applied, status, body, logger, previous)
         await self.kueue.after(job, workload, admission, mine, decided.status, time.time())
         due = [RESYNC_SECONDS]
         if decided.requeue_at is not None:

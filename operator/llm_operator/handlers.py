@@ -91,12 +91,18 @@ async def pod_changed(
 
 
 @kopf.on.event("nodes")
-async def node_changed(body: kopf.Body, name: str, type: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    """A node's health, taints or schedulability changed (not a heartbeat): wake the jobs it concerns
-    (``RunningJobs.node_changed``); every job still passes every 30 s."""
-    view = node_view(dict(body), running_jobs(memo).settings.node_conditions)
+async def node_changed(
+    body: kopf.Body, name: str, type: str, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    """A node's health, taints or schedulability changed (not a heartbeat): with node marking on, first
+    mark or unmark it for its platform conditions (``NodeMarker.follow_conditions``), then wake the jobs it
+    concerns (``RunningJobs.node_changed``); every job still passes every 30 s."""
+    jobs = running_jobs(memo)
+    view = node_view(dict(body), jobs.settings.node_conditions)
     health = node_health(view, deleted=type == "DELETED")
-    running_jobs(memo).node_changed(name, health, kwargs["worker_pods"])
+    if health is not None and jobs.node_health.get(name) != health:
+        await jobs.marker.follow_conditions(view, jobs.settings.node_conditions.keys(), logger)
+    jobs.node_changed(name, health, kwargs["worker_pods"])
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

@@ -15,6 +15,7 @@ from llm_operator import metrics
 from llm_operator.controller import JobController
 from llm_operator.ghosts import Ghosts, LiveWorkers
 from llm_operator.kube import Kube
+from llm_operator.node_marking import NodeMarker
 from llm_operator.observe import NodeView, PodView
 from llm_operator.settings import Settings
 
@@ -59,6 +60,8 @@ class RunningJobs:
         """Each node's health as last seen: node events that change none of it (heartbeats) wake nobody."""
         self.ghosts = Ghosts()
         """Worker pods the index holds although they are gone (``llm_operator.ghosts``)."""
+        self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
+        """Marks nodes that fail a platform condition, for every workload (``llm_operator.node_marking``)."""
 
     def live(self, pods_index: Mapping[Any, Iterable[PodView]]) -> LiveWorkers:
         """The worker index without its ghosts."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -19,6 +20,9 @@ from llm_operator.api.models import (
 )
 from llm_operator.observe import parse_time
 from llm_operator.policy.unschedulable import SchedulingEvent
+
+_NodeMark = tuple[dict[str, str | None], list[dict[str, Any]]]
+"""A node mark's change: the label patch (None removes) and the node's whole new taint list."""
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -39,6 +43,8 @@ class KubeError(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(f"HTTP {status}: {reason[:500]}")
         self.status = status
+        self.reason = reason
+        """The answer's body (a ``Status`` object as JSON) or the client's reason."""
 
 
 async def _checked(call: Any) -> int:
@@ -195,8 +201,32 @@ class Kube:
 
     async def mark_node(self, name: str, key: str, value: str) -> bool:
         """Label the node ``key=value`` and add the taint ``key=value:NoSchedule`` (once). False: the node
-        is gone or already carries the taint. The taint list is replaced whole, guarded by the node's
-        resourceVersion (a conflict is retried once)."""
+        is gone or already carries the taint."""
+
+        def marked(labels: dict[str, str], taints: list[dict[str, Any]]) -> _NodeMark | None:
+            if any(t.get("key") == key for t in taints):
+                return None
+            return {key: value}, [*taints, {"key": key, "value": value, "effect": "NoSchedule"}]
+
+        return await self._remark_node(name, marked)
+
+    async def unmark_node(self, name: str, key: str, value: str) -> bool:
+        """Remove the label and the taint ``key`` that ``mark_node`` put, only while the label still reads
+        ``value`` (a person's mark, or another one, stays). False: gone, or not so marked."""
+
+        def unmarked(labels: dict[str, str], taints: list[dict[str, Any]]) -> _NodeMark | None:
+            if labels.get(key) != value:
+                return None
+            return {key: None}, [t for t in taints if t.get("key") != key]
+
+        return await self._remark_node(name, unmarked)
+
+    async def _remark_node(
+        self, name: str, change: Callable[[dict[str, str], list[dict[str, Any]]], _NodeMark | None]
+    ) -> bool:
+        """Read the node, let ``change`` decide its label patch and whole new taint list (None: nothing to
+        do), and write both guarded by the node's resourceVersion (a conflict is retried once). False: the
+        node is gone or ``change`` found nothing to do."""
         for _ in range(2):
             try:
                 node: Any = await self.core.read_node(name)
@@ -204,17 +234,17 @@ class Kube:
                 if exc.status == 404:
                     return False
                 raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
-            taints = [t.to_dict() for t in (node.spec.taints or [])]
-            if any(t.get("key") == key for t in taints):
+            taints = [
+                {k: v for k, v in t.to_dict().items() if v is not None and k != "time_added"}
+                for t in (node.spec.taints or [])
+            ]
+            decided = change(dict(node.metadata.labels or {}), taints)
+            if decided is None:
                 return False
-            taints.append({"key": key, "value": value, "effect": "NoSchedule"})
+            labels, new_taints = decided
             patch: Any = {
-                "metadata": {"labels": {key: value}, "resourceVersion": node.metadata.resource_version},
-                "spec": {
-                    "taints": [
-                        {k: v for k, v in t.items() if v is not None and k != "time_added"} for t in taints
-                    ]
-                },
+                "metadata": {"labels": labels, "resourceVersion": node.metadata.resource_version},
+                "spec": {"taints": new_taints},
             }
             try:
                 call: Any = self.core.patch_node  # typed stubs lack _content_type

@@ -58,6 +58,11 @@ UNHEALTHY_NODES = Counter(
     "Workers that exited 78: a node health check failed, or a straggler (reason_kind: the check)",
     ["reason_kind"],
 )
+RULE_FIRED = Counter(
+    "llmjob_rule_fired_total",
+    "Monitoring rules (spec.monitoring.rules) that fired and ended a worker, by rule and action",
+    ["namespace", "llmjob", "rule", "action"],
+)
 NODES_MARKED = Counter(
     "llmjob_nodes_marked_total", "Unhealthy nodes labelled and tainted (LLMJOB_MARK_UNHEALTHY_NODES)"
 )

@@ -1,15 +1,38 @@
 """Nodes a worker found unhealthy (exit 78): counted, and with ``LLMJOB_MARK_UNHEALTHY_NODES`` labelled and
 tainted so that no workload lands there (docs/decisions.md, H3 and H4). Best effort: a node that cannot be
-marked gets a Warning Event on the job, and the job's own avoidance still keeps its workers off it."""
+marked gets a Warning Event on the job, and the job's own avoidance still keeps its workers off it.
+
+With marking on, a node that a platform condition reports unhealthy (``Settings.node_conditions``) is
+marked the same way, with the condition's type as the value, and unmarked by the operator once no
+watched condition fails any more (docs/decisions.md, K5): Karpenter then sees a taint it can reason about
+and launches a node for the displaced worker. A mark from a health check (exit 78) stays until a person
+removes it, as before."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from typing import Literal
 
 import kopf
 
 from llm_operator import labels, metrics
 from llm_operator.kube import Kube, KubeError
+from llm_operator.observe import NodeView
+
+Marking = tuple[Literal["mark", "unmark"], str]
+
+
+def condition_mark(node: NodeView, conditions: Collection[str]) -> Marking | None:
+    """What the operator's mark on ``node`` should become for its platform conditions: ("mark", the first
+    failing condition) on an unmarked node that fails one, ("unmark", the mark's value) on a node the
+    operator marked for a condition (``conditions``: the watched types) that fails none any more."""
+    marked = node.taint(labels.UNHEALTHY_NODE) is not None
+    if node.failing and not marked:
+        return "mark", node.failing[0][0]
+    value = node.label(labels.UNHEALTHY_NODE)
+    if marked and not node.failing and value is not None and value in conditions:
+        return "unmark", value
+    return None
 
 
 class NodeMarker:
@@ -40,3 +63,25 @@ class NodeMarker:
         if marked:
             metrics.NODES_MARKED.inc()
             logger.info(f"NodeMarked: {node} labelled and tainted {labels.UNHEALTHY_NODE}={check}")
+
+    async def follow_conditions(
+        self, node: NodeView, conditions: Collection[str], logger: kopf.Logger
+    ) -> None:
+        """Mark or unmark ``node`` for its platform conditions (``condition_mark``), when enabled. A
+        failure is logged: the jobs' own avoidance still keeps their workers off the node."""
+        change = condition_mark(node, conditions) if self.enabled else None
+        if change is None:
+            return
+        action, value = change
+        try:
+            if action == "mark":
+                done = await self.kube.mark_node(node.name, labels.UNHEALTHY_NODE, value)
+            else:
+                done = await self.kube.unmark_node(node.name, labels.UNHEALTHY_NODE, value)
+        except KubeError as exc:
+            logger.warning(f"NodeMarkFailed: could not {action} node {node.name} ({value}): {exc}")
+            return
+        if done and action == "mark":
+            metrics.NODES_MARKED.inc()
+        if done:
+            logger.info(f"Node{action.capitalize()}ed: {node.name} {labels.UNHEALTHY_NODE}={value}")

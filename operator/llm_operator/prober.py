@@ -130,8 +130,11 @@ class ProgressProber:
         except KubeError:
             return
         found = tuple(sorted(newest_per_pod(events, pending).values(), key=lambda e: e.pod))
-        if found != self.tracker.scheduling:
-            self.tracker.scheduling = found
+        changed = [(e.pod, e.source, e.message) for e in found] != [
+            (e.pod, e.source, e.message) for e in self.tracker.scheduling
+        ]
+        self.tracker.scheduling = found
+        if changed:  # a repeat of the same verdict (a newer event time only) wakes nobody
             self.wake.set()
 
     async def read_live(self, job: LLMTrainingJob, workers: list[PodView]) -> None:

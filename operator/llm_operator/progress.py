@@ -12,6 +12,7 @@ a worker whose trainer is stopped (SIGSTOP, hung process) does not answer, which
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Iterable
 
@@ -51,6 +52,8 @@ GAUGES = (
     "world_size",
 )
 """The trainer's gauges one scrape reads (trainer/llm_trainer/metrics.py; the runtime library keeps them)."""
+RULE_FIRED_METRIC = "llm_trainer_rule_fired_total"
+"""The runtime's counter of loss rules that fired, labels rule and action (docs/CONTRACTS.md)."""
 PROBES_PER_JOB = 2
 PROBE_TIMEOUT = 2.0
 
@@ -60,10 +63,14 @@ def parse_sample(text: str) -> Sample | None:
     time is served (a program without these metrics)."""
     wanted = {PREFIX + name for name in GAUGES}
     values: dict[str, float] = {}
+    fired: dict[tuple[str, str], int] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in wanted and math.isfinite(sample.value):
+                if sample.name == RULE_FIRED_METRIC and math.isfinite(sample.value):
+                    pair = (str(sample.labels.get("rule", "")), str(sample.labels.get("action", "")))
+                    fired[pair] = fired.get(pair, 0) + int(sample.value)
+                elif sample.name in wanted and math.isfinite(sample.value):
                     key = sample.name.removeprefix(PREFIX)
                     values[key] = max(values.get(key, -math.inf), sample.value)
     except ValueError:
@@ -86,7 +93,18 @@ def parse_sample(text: str) -> Sample | None:
         last_saved_timestamp=values.get("last_saved_timestamp_seconds"),
         job_process_restarts=integer("job_process_restarts"),
         world_size=integer("world_size"),
+        rules_fired=tuple((rule, action, count) for (rule, action), count in sorted(fired.items())),
     )
+
+
+def merged_rules(samples: Iterable[Sample]) -> tuple[tuple[str, str, int], ...]:
+    """The highest count of each (rule, action) among one round's answers (a member that joined later has
+    seen fewer firings: the highest is the job's)."""
+    best: dict[tuple[str, str], int] = {}
+    for sample in samples:
+        for rule, action, count in sample.rules_fired:
+            best[(rule, action)] = max(best.get((rule, action), 0), count)
+    return tuple((rule, action, count) for (rule, action), count in sorted(best.items()))
 
 
 def probe_targets(pods: Iterable[PodView], count: int = PROBES_PER_JOB) -> list[PodView]:
@@ -148,7 +166,9 @@ class ProgressTracker:
         workers that have not completed a step yet, changes nothing."""
         answers = list(samples)
         if answers:  # status.progress: the newest answer, even before a first step (it marks the start)
-            self.latest, self.latest_at = max(answers, key=lambda s: (s.timestamp, s.step)), now
+            newest = max(answers, key=lambda s: (s.timestamp, s.step))
+            self.latest = dataclasses.replace(newest, rules_fired=merged_rules(answers))
+            self.latest_at = now
         done = [s for s in answers if s.step > 0 or s.timestamp > 0]
         if not done:
             return

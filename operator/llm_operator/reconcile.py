@@ -11,6 +11,8 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | exit 78: node recorded unhealthy and avoided | ``steps.nodehealth.record_unhealthy`` |
 | pending worker avoiding a node usable again: re-created | ``steps.placement.renew_stale_avoidance`` |
 | stuck Terminating pods force-deleted | ``steps.failures.force_stuck_terminating`` |
+| a rule ended a worker: Event, status, restartJob / failJob | ``steps.rules.record_rule_firings`` |
+| loss rules that fired in the workers (their metrics) | ``steps.rules.count_worker_rules`` |
 | non-retryable exit fails, exit 0 succeeds | ``steps.failures.terminal_outcome`` |
 | lost/failed workers replaced (or maxRestarts) | ``steps.failures.replace_lost`` |
 | target size: user, shrink, grow back | ``steps.sizing.resize`` |
@@ -52,6 +54,7 @@ from llm_operator.steps.membership import report_members
 from llm_operator.steps.nodehealth import record_unhealthy, straggler_condition
 from llm_operator.steps.placement import observe_nodes, renew_stale_avoidance
 from llm_operator.steps.progress import detect_stall, report_progress
+from llm_operator.steps.rules import count_worker_rules, record_rule_firings
 from llm_operator.steps.sizing import count_process_restarts, count_restart, resize, scale
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
@@ -69,6 +72,8 @@ STEPS: tuple[Step, ...] = (
     record_unhealthy,
     renew_stale_avoidance,
     force_stuck_terminating,
+    record_rule_firings,
+    count_worker_rules,
     terminal_outcome,
     replace_lost,
     resize,

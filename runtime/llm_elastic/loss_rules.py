@@ -106,10 +106,14 @@ class Firing:
         """Every member's program ends (``restartJob``, ``failJob``)."""
         return self.action in ENDING
 
+    @property
+    def detail(self) -> str:
+        """What broke the rule, in words (the ``rule-fired`` line and the termination message)."""
+        return f"non-finite loss at step {self.step} ({self.streak} in a row)"
+
     def termination_line(self) -> str:
         """The termination message of a worker this firing ends: ``rule-fired: <rule> <action>: <detail>``."""
-        detail = f"non-finite loss at step {self.step} ({self.streak} in a row)"
-        return f"rule-fired: {self.rule} {self.action}: {detail}"
+        return f"rule-fired: {self.rule} {self.action}: {self.detail}"
 
 
 class LossGuard:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,9 @@ class Reporter:
         self.exporter = Exporter(port, labels)
         self.exporter.update(total_steps=config.total_steps, process_restarts=process_restarts)
         self.step_log: StepLog | None = None
+        # One process per pod logs the progress line too (local rank 0): a log rule of the job
+        # (spec.monitoring.rules, e.g. 'step (\d+) loss') sees it in every worker's log, not only rank 0's.
+        self.pod_leader = os.environ.get("LOCAL_RANK", "0") == "0"
         self.process_started = process_start_time()
         self.steps_done = 0
         self.step_seconds = 0.0
@@ -76,7 +81,13 @@ class Reporter:
         """A loss rule fired: its counter and one ``rule-fired`` line (every member prints its own)."""
         self.exporter.rule_fired(firing.rule, firing.action)
         self.event(
-            "rule-fired", rule=firing.rule, action=firing.action, step=firing.step, streak=firing.streak
+            "rule-fired",
+            rule=firing.rule,
+            action=firing.action,
+            step=firing.step,
+            streak=firing.streak,
+            detail=firing.detail,
+            time=time.time(),
         )
 
     def runs_before(self, rank: int) -> int:
@@ -118,10 +129,15 @@ class Reporter:
         restored: RestoreFacts,
         mode_fields: dict[str, Any],
     ) -> None:
-        """Rank 0's step log line (and every ``log_every`` steps a progress log line)."""
+        """Rank 0's step log line, and every ``log_every`` steps a progress log line (rank 0 and local rank 0
+        of every pod)."""
+        world_size, generation = world
+        every = self.config.log_every
+        due = every and (progress.step % every == 0 or progress.step == (restored.resumed_from or 0) + 1)
+        if due and (self.step_log is not None or self.pod_leader):
+            log.info("step %d loss %.4f world %d %.3fs", progress.step, step.loss, world_size, elapsed)
         if self.step_log is None:
             return
-        world_size, generation = world
         record: dict[str, Any] = {
             "time": round(now, 3),
             "step": progress.step,
@@ -139,9 +155,6 @@ class Reporter:
         }
         record.pop("tokens", None)
         self.step_log.append(record)
-        every = self.config.log_every
-        if every and (progress.step % every == 0 or progress.step == (restored.resumed_from or 0) + 1):
-            log.info("step %d loss %.4f world %d %.3fs", progress.step, step.loss, world_size, elapsed)
 
     def log_pending(self, progress: Progress, now: float) -> None:
         """Log the step a survivor completed whose rank 0 died before writing it (at most one)."""

@@ -6,6 +6,16 @@ OOM kill), the supervisor starts it again in the same pod: the new process joins
 and gets the state from a peer. After ``--max-restarts`` restarts it gives up and exits with the program's
 code, so the pod fails and the operator replaces it (layer 3). It imports nothing heavy (no torch).
 
+With ``--rules-env NAME`` (the operator passes ``LLMJOB_LOG_RULES``), the supervisor also evaluates the
+job's log rules (``llm_elastic.logrules``): it reads the program's stdout and stderr, writes every byte on
+unchanged to its own, and matches each line. A rule that fires prints ``{"event": "rule-fired", "rule",
+"action", "detail", "time"}`` and acts: ``event`` records only; ``restartWorker`` stops the program (SIGTERM
+to its process group, SIGKILL after ``--kill-grace`` seconds) and starts it again, a restart like any other
+(at most ``--max-rule-restarts``, then as restartJob); ``replaceNode`` stops it and exits 78 with
+``rule-fired: <rule> replaceNode: <detail>`` as the termination message (the node is avoided);
+``restartJob`` and ``failJob`` stop it and exit 79 with that message (the operator restarts every worker,
+or fails the job). Without rules the program's output is not touched.
+
 Final answers, passed on without a restart: 0 (done or stopped), 2 (usage), 3 (evicted: the pod is being
 replaced), 4 (no generation formed), 5 (the state is lost: only a job restart helps), 78 (the node is
 unhealthy: the operator replaces the pod elsewhere). SIGTERM and SIGINT go
@@ -19,19 +29,156 @@ which the operator reads and counts against maxRestarts).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
+from typing import IO
 
 from llm_elastic.cli_errors import ExitOnErrorParser
 from llm_elastic.contract import PROCESS_RESTARTS_ENV
+from llm_elastic.health import DEFAULT_TERMINATION_LOG, EXIT_UNHEALTHY, TERMINATION_LOG_ENV
+from llm_elastic.logrules import Firing, LogRules, RuleError
+from llm_elastic.logrules import parse as parse_rules
 
 FINAL = frozenset({0, 2, 3, 4, 5, 78})
+
+
+RULE_EXIT = 79
+"""A log rule ended this worker for restartJob or failJob (or restartWorker past its restarts): the
+termination message says which (``rule-fired: <rule> <action>: <detail>``). replaceNode exits 78."""
+KILL_GRACE = 10.0
+"""Seconds a program stopped by a rule gets after SIGTERM (its process group), before SIGKILL."""
+CHUNK = 1 << 16
+MAX_LINE = 1 << 16
+"""Bytes of one line the rules see (the output passes through whole)."""
+
+
+def termination_line(firing: Firing) -> str:
+    """The termination message of a worker a rule ended (read by the operator, docs/CONTRACTS.md)."""
+    return f"rule-fired: {firing.rule} {firing.action}: {firing.detail}"[:1024]
+
+
+class _Output:
+    """Writes to the supervisor's own stdout/stderr, whole chunks under one lock per stream."""
+
+    def __init__(self) -> None:
+        self.locks = {1: threading.Lock(), 2: threading.Lock()}
+
+    def write(self, fd: int, data: bytes) -> None:
+        with self.locks[fd]:
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:  # pragma: no cover - a non-blocking reader of our stdout
+                    time.sleep(0.001)
+                except OSError:  # our stdout is gone: keep reading, or the program blocks on a full pipe
+                    return
+
+    def event(self, event: dict[str, object]) -> None:
+        self.write(1, (json.dumps(event) + "\n").encode())
+
+
+class _Watched:
+    """One run of the program with its output read, passed through and matched against the rules."""
+
+    def __init__(self, child: subprocess.Popen[bytes], rules: LogRules, out: _Output) -> None:
+        self.child = child
+        self.rules = rules
+        self.out = out
+        self.lock = threading.Lock()
+        self.firings: queue.Queue[Firing] = queue.Queue()
+        self.readers = [
+            threading.Thread(target=self._read, args=(stream, fd), daemon=True)
+            for stream, fd in ((child.stdout, 1), (child.stderr, 2))
+            if stream is not None
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, stream: IO[bytes], fd: int) -> None:
+        pending = b""
+        raw = stream.fileno()
+        while True:
+            try:
+                data = os.read(raw, CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            self.out.write(fd, data)  # every byte, unchanged, before it is looked at
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            if len(pending) > MAX_LINE:
+                lines.append(pending[:MAX_LINE])
+                pending = b""
+            self._match(lines)
+        if pending:
+            self._match([pending])
+
+    def _match(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        now = time.monotonic()
+        with self.lock:
+            found = [f for line in lines for f in self.rules.line(line[:MAX_LINE].rstrip(b"\r"), now)]
+        for firing in found:
+            self.firings.put(firing)
+
+    def wait(self) -> tuple[int | None, Firing | None]:
+        """Until the program exits (its code) or a rule fires (the firing, the program still running)."""
+        while True:
+            try:
+                return None, self.firings.get_nowait()
+            except queue.Empty:
+                pass
+            code = self.child.poll()
+            if code is not None:
+                for reader in self.readers:
+                    reader.join(timeout=5)
+                try:  # a line written just before the exit still counts
+                    return None, self.firings.get_nowait()
+                except queue.Empty:
+                    return code, None
+            with self.lock:
+                due = self.rules.tick(time.monotonic())
+                next_due = self.rules.next_due()
+            for firing in due:
+                self.firings.put(firing)
+            if due:
+                continue
+            timeout = POLL if next_due is None else max(0.0, min(POLL, next_due - time.monotonic()))
+            try:
+                return None, self.firings.get(timeout=timeout)
+            except queue.Empty:
+                continue
+
+    def stop(self, grace: float) -> int:
+        """SIGTERM the program's process group, SIGKILL after ``grace`` seconds; its exit code."""
+        for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.child.pid, signum)
+            try:
+                code = self.child.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            for reader in self.readers:
+                reader.join(timeout=5)
+            return code
+        return self.child.wait()
+
+
+POLL = 0.2
+"""Seconds between two looks at the program and the rules' clocks while nothing happens."""
 
 
 def should_restart(code: int) -> bool:
@@ -42,6 +189,21 @@ def should_restart(code: int) -> bool:
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = ExitOnErrorParser(prog="python -m llm_elastic.supervise", description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-restarts", type=int, default=3, help="restarts inside the pod (default 3)")
+    parser.add_argument(
+        "--rules-env", default="", help="environment variable with the log rules as JSON (LLMJOB_LOG_RULES)"
+    )
+    parser.add_argument(
+        "--max-rule-restarts",
+        type=int,
+        default=None,
+        help="restarts for restartWorker (default --max-restarts)",
+    )
+    parser.add_argument(
+        "--kill-grace",
+        type=float,
+        default=KILL_GRACE,
+        help="seconds after SIGTERM before SIGKILL (default 10)",
+    )
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     args = parser.parse_args(list(argv))
     if args.program[:1] == ["--"]:
@@ -50,7 +212,24 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         parser.error("no program given: python -m llm_elastic.supervise -- PROGRAM ARGS...")
     if args.max_restarts < 0:
         parser.error("--max-restarts must not be negative")
+    if args.max_rule_restarts is None:
+        args.max_rule_restarts = args.max_restarts
+    if args.max_rule_restarts < 0:
+        parser.error("--max-rule-restarts must not be negative")
+    try:
+        args.rules = parse_rules(os.environ.get(args.rules_env, "")) if args.rules_env else []
+    except RuleError as exc:
+        parser.error(f"${args.rules_env}: {exc}")
     return args
+
+
+def _finish(firing: Firing, code: int) -> int:
+    """Write the termination message of a worker a rule ends; its exit code."""
+    with contextlib.suppress(OSError):  # not in a pod: the pod log has the rule-fired line anyway
+        Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG)).write_text(
+            termination_line(firing) + "\n"
+        )
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,13 +245,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    restarts = 0
+    rules = LogRules(args.rules) if args.rules else None
+    out = _Output()
+    restarts = rule_restarts = 0
     while True:
         if stop_signal is not None:  # told to stop before (or between) starts: start nothing more
             return 128 + stop_signal
         env = dict(os.environ, **{PROCESS_RESTARTS_ENV: str(restarts)})
         try:
-            child = subprocess.Popen(args.program, env=env)
+            if rules is None:
+                child = subprocess.Popen(args.program, env=env)
+            else:  # its own process group, so a rule stops everything it started
+                child = subprocess.Popen(
+                    args.program,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
         except OSError as exc:
             print(
                 f"python -m llm_elastic.supervise: error: cannot start {args.program[0]!r}: {exc}",
@@ -81,7 +271,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 127
         if stop_signal is not None:  # the signal came while the child was being started
             child.send_signal(stop_signal)
-        code = child.wait()
+        firing: Firing | None = None
+        if rules is None:
+            code = child.wait()
+        else:
+            rules.start(time.monotonic())
+            watched = _Watched(child, rules, out)
+            while True:
+                result, firing = watched.wait()
+                if firing is None:
+                    code = result if result is not None else child.wait()
+                    break
+                out.event(firing.event(time.time()))
+                if firing.action == "event" or stop_signal is not None:
+                    continue
+                code = watched.stop(args.kill_grace)
+                break
+        if firing is not None and stop_signal is None:
+            if firing.action == "restartWorker" and rule_restarts < args.max_rule_restarts:
+                rule_restarts += 1
+                restarts += 1
+                event = {
+                    "event": "process-restarted",
+                    "time": time.time(),
+                    "exit_code": code,
+                    "restarts": restarts,
+                    "rule": firing.rule,
+                }
+                out.event(event)
+                continue
+            return _finish(firing, EXIT_UNHEALTHY if firing.action == "replaceNode" else RULE_EXIT)
         if stop_signal is not None or not should_restart(code) or restarts >= args.max_restarts:
             return code if code >= 0 else 128 - code
         restarts += 1

@@ -153,10 +153,15 @@ def peered_operator(
 
 
 def _training(
-    cluster: LocalCluster, namespace: str, tmp_path: Path, extra_env: dict[str, str] | None = None
+    cluster: LocalCluster,
+    namespace: str,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
 ) -> Iterator[Training]:
     env = {"LLMJOB_PROGRESS_SECONDS": str(PROGRESS_SECONDS), **(extra_env or {})}
-    operator = PeeredOperatorProcess(namespace, tmp_path, ["--namespace", namespace], [], env)
+    scope = ["--namespace", namespace]
+    operator = PeeredOperatorProcess(namespace, tmp_path, scope, extra_args or [], env)
     world = Training(cluster, namespace, operator)
     world.setup_volume()
     operator.start()

@@ -86,6 +86,28 @@ def test_apiserver_stores_the_spec_as_written_and_render_defaults_it(cluster: An
     assert job.spec.command == ["python", "-m", "llm_trainer"]
 
 
+def test_apiserver_accepts_the_worker_log_format_in_a_jobs_and_a_runtimes_env(
+    cluster: Any, namespace: str
+) -> None:
+    """LLMJOB_LOG_FORMAT is the one LLMJOB_ name users set (decision W4); the CRDs' CEL rule agrees."""
+    env = [{"name": "LLMJOB_LOG_FORMAT", "value": "json"}]
+    job = {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": "json-logs", "namespace": namespace},
+        "spec": {"minReplicas": 1, "maxReplicas": 2, "image": "trainer:1", "env": env},
+    }
+    runtime = {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "ClusterLLMTrainingRuntime",
+        "metadata": {"name": f"json-logs-{namespace}"},
+        "spec": {"env": env},
+    }
+    for doc in (job, runtime):
+        result = apply(cluster, doc, "--dry-run=server")
+        assert result.returncode == 0, result.stderr
+
+
 def test_apiserver_accepts_spares_with_in_process_or_from_a_runtime(cluster: Any, namespace: str) -> None:
     """Spares need recovery inProcess in the job itself, unless a runtime may give it (checked merged)."""
     base = {"apiVersion": "elasticllm.dev/v1alpha1", "kind": "LLMTrainingJob"}

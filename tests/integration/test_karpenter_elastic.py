@@ -6,7 +6,10 @@ really train (the pod runner), as on EKS where GPU nodes come only for Pending p
    operator's share apart from Karpenter's).
 3. A NodePool limit of 3 nodes: the job trains at 3 past its pending timeout, asking for the 4th; the limit
    raised, the job is back at 4 with no user action.
-4. Consolidation (WhenEmptyOrUnderutilized, after 1 s) never removes a node that runs a training worker.
+4. A node gets ``AcceleratedHardwareReady=False``: its worker is replaced within seconds, the operator marks
+   the node (a taint Karpenter understands) and Karpenter launches a node for the replacement; when the
+   condition clears the mark goes and the node takes a worker again.
+5. Consolidation (WhenEmptyOrUnderutilized, after 1 s) never removes a node that runs a training worker.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.karpenter import GPU_POOL, control
 from llm_testbed.localcluster import chaos
@@ -37,7 +41,8 @@ def karpenter_train(
     karpenter_cluster: LocalCluster, karpenter_namespace: str, tmp_path: Path
 ) -> Iterator[Training]:
     """``train`` on the Karpenter cluster: no GPU node until a Pending worker asks for one."""
-    yield from _training(karpenter_cluster, karpenter_namespace, tmp_path, {"LLMJOB_KARPENTER": "true"})
+    env = {"LLMJOB_KARPENTER": "true", "LLMJOB_MARK_UNHEALTHY_NODES": "true"}  # as docs/platform.md advises
+    yield from _training(karpenter_cluster, karpenter_namespace, tmp_path, env)
 
 
 def _job(t: Training, **policy: Any) -> dict[str, Any]:
@@ -95,7 +100,7 @@ def test_karpenter_brings_the_nodes_a_job_asks_for_and_a_lost_one_back(karpenter
     seen["a step at world 4"] = time.monotonic() - began
     print("\nloss -> full size with Karpenter: " + ", ".join(f"{k} +{v:.1f}s" for k, v in seen.items()))
 
-    # 4. Consolidation ran all along (after 1 s): no node that runs a worker went away but the one we took.
+    # 5. Consolidation ran all along (after 1 s): no node that runs a worker went away but the one we took.
     remaining = {n["metadata"]["name"] for n in control.managed_nodes(kube, GPU_POOL)}
     assert hosts - {node} <= remaining, f"a node running a worker was removed: {sorted(hosts - remaining)}"
     result = t.audit()
@@ -125,4 +130,68 @@ def test_a_nodepool_limit_holds_the_job_at_3_until_it_is_raised(karpenter_train:
     st = wait_for(lambda: _at(t, 4), FULL_TIMEOUT, "the job back at 4 once the limit allows a 4th node")
     print(f"\nlimit raised -> training at 4: {time.monotonic() - raised:.1f}s")
     assert st.get("waitingForCapacity") == 0
+    t.audit()
+
+
+SICK = "AcceleratedHardwareReady"
+
+
+def _mark(t: Training, node: str) -> str | None:
+    """The operator's mark on the node (its taint's value), or None."""
+    body = t.cluster.kube.get("node", node) or {}
+    taints = (body.get("spec") or {}).get("taints") or []
+    return next((x.get("value") for x in taints if x.get("key") == labels.UNHEALTHY_NODE), None)
+
+
+def test_a_node_the_platform_reports_unhealthy_is_left_then_used_again(karpenter_train: Training) -> None:
+    t = karpenter_train
+    kube = t.cluster.kube
+    control.set_node_limit(kube, GPU_POOL, 5)
+    control.set_consolidation(kube, GPU_POOL, "WhenEmpty", "Never")  # the sick node stays to come back
+    t.apply(_job(t, pendingTimeoutSeconds=600))
+    wait_for(lambda: _at(t, 4), FULL_TIMEOUT, "the job training at 4 on nodes Karpenter launched")
+
+    # 4. The platform reports the GPU of one node broken: its worker is replaced at once, the node marked.
+    victim = t.worker_on(1)
+    sick = victim["spec"]["nodeName"]
+    began = time.monotonic()
+    chaos.set_node_condition(sick, SICK, "False", kube=kube)
+
+    seen: dict[str, float] = {}
+
+    def replacement() -> dict[str, Any] | None:
+        pod = next((p for p in t.workers() if p["metadata"]["name"] == victim["metadata"]["name"]), None)
+        if pod is None or pod["metadata"]["uid"] != victim["metadata"]["uid"]:
+            seen.setdefault("worker deleted", time.monotonic() - began)
+            return pod
+        if pod["metadata"].get("deletionTimestamp"):
+            seen.setdefault("worker deleted", time.monotonic() - began)
+        return None
+
+    fresh = wait_for(replacement, 90, f"the worker on {sick} replaced")
+    seen["replacement created"] = time.monotonic() - began
+    assert wait_for(lambda: _mark(t, sick), 30, f"the operator's mark on {sick}") == SICK
+    required = (fresh["spec"]["affinity"]["nodeAffinity"] or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms = (required or {}).get("nodeSelectorTerms") or []
+    assert not any(term.get("matchFields") for term in terms), "Karpenter launches nothing for matchFields"
+
+    # Karpenter launches a fifth node for the replacement; the sick one is left alone.
+    wait_for(lambda: _at(t, 4), FULL_TIMEOUT, "the job back at 4 on a node Karpenter launched")
+    seen["back at 4 (new node)"] = time.monotonic() - began
+    hosts = _worker_nodes(t)
+    assert sick not in hosts, f"a worker went back to {sick} while {SICK}=False"
+    launched = t.worker_on(1)["spec"]["nodeName"]
+    print(f"\n{SICK}=False -> " + ", ".join(f"{k} +{v:.1f}s" for k, v in seen.items()))
+
+    # The condition clears: the operator's mark goes, and the node takes a worker again. With the limit at 4
+    # and the launched node deleted, the sick node is the only place left.
+    chaos.set_node_condition(sick, SICK, "True", kube=kube)
+    wait_for(lambda: _mark(t, sick) is None, 30, f"the operator's mark off {sick}")
+    control.set_node_limit(kube, GPU_POOL, 4)
+    chaos.delete_node(launched, kube=kube, wait=False)
+    wait_for(
+        lambda: _at(t, 4) if sick in _worker_nodes(t) else None, FULL_TIMEOUT, f"a worker on {sick} again"
+    )
     t.audit()

@@ -28,6 +28,7 @@ import torch
 from live_support import check_exact_sequence, member_argv, records, start_member
 from llm_elastic import audit
 from llm_elastic.snapshot.store import entries_of, entry_view, inventory
+from llm_operator.progress import parse_sample
 from llm_testbed.local_etcd import LocalEtcd, free_port
 from llm_trainer.config import TrainConfig
 from llm_trainer.train import NAN_AT_STEPS_ENV, Trainer
@@ -178,6 +179,9 @@ def test_event_applies_the_step_and_the_escalation_ends_in_restart_job_counted_b
     for rule, action in (("log", "event"), ("drop", "skipStep"), ("give-up", "restartJob")):
         assert f'llm_trainer_rule_fired_total{{action="{action}",rank="0",rule="{rule}"}} 1.0' in text, text
     assert 'llm_trainer_skipped_steps_total{rank="0"} 2.0' in text
+    sample = parse_sample(text)  # what the operator's progress probe reads of it
+    assert sample is not None
+    assert sample.rules_fired == (("drop", "skipStep", 1), ("give-up", "restartJob", 1), ("log", "event", 1))
 
 
 def test_rollback_in_a_fixed_group_replays_from_the_snapshot_like_a_clean_run(

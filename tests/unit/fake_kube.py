@@ -56,6 +56,10 @@ class FakeKube:
         self._call("mark_node", name, key, value)
         return True
 
+    async def unmark_node(self, name: str, key: str, value: str) -> bool:
+        self._call("unmark_node", name, key, value)
+        return True
+
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self._call("patch_job_status", namespace, name, status)
 

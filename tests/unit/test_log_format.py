@@ -16,7 +16,14 @@ import pytest
 from llm_elastic import ContractError, configure_logging
 from llm_elastic.logs import set_context
 from llm_operator import logs as operator_logs
+from llm_operator.api.models import LLMTrainingJob
+from llm_operator.api.rules import reserved_env
+from llm_operator.api.runtime import merge
+from llm_operator.api.validate import validate, validate_runtime
+from llm_operator.builders.worker import container_env
 from llm_operator.cli import build_parser
+
+from .jobs import manifest
 
 
 @pytest.fixture
@@ -125,3 +132,44 @@ def test_runtime_rejects_an_unknown_format(
     with pytest.raises(ContractError):
         configure_logging(env={"LLMJOB_LOG_FORMAT": "yaml"}, stream=io.StringIO())
     assert "LLMJOB_LOG_FORMAT='yaml': must be one of text, json" in capsys.readouterr().err
+
+
+# LLMJOB_LOG_FORMAT reaches the workers through a job's or a runtime's env (decision W4): the one name under
+# the operator's LLMJOB_ prefix that is the user's.
+FORMAT_ENV = [{"name": "LLMJOB_LOG_FORMAT", "value": "json"}]
+
+
+def _runtime(**spec: Any) -> dict[str, Any]:
+    meta = {"name": "p5"}
+    return {
+        "apiVersion": "elasticllm.dev/v1alpha1",
+        "kind": "ClusterLLMTrainingRuntime",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+def test_a_job_and_a_runtime_may_set_the_worker_log_format() -> None:
+    assert validate(manifest(env=FORMAT_ENV)).problems == []
+    assert validate_runtime(_runtime(env=FORMAT_ENV)) == []
+    assert not reserved_env("LLMJOB_LOG_FORMAT")
+
+
+def test_the_rest_of_the_llmjob_prefix_stays_the_operators() -> None:
+    problems = validate(manifest(env=[{"name": "LLMJOB_JOB_NAME", "value": "x"}])).problems
+    assert len(problems) == 1, problems
+    assert "spec.env LLMJOB_JOB_NAME is reserved" in problems[0]
+    assert "except LLMJOB_LOG_FORMAT" in problems[0], problems[0]
+    assert reserved_env("LLMJOB_JOB_NAME") and reserved_env("RANK") and reserved_env("PET_NNODES")
+
+
+def test_a_runtimes_log_format_is_in_every_workers_env() -> None:
+    """The chart's defaultRuntime (or any runtime) sets it once; every job that names the runtime gets it."""
+    spec = merge(
+        _runtime(env=FORMAT_ENV)["spec"], manifest(env=[{"name": "A", "value": "1"}])["spec"], "rt"
+    ).spec
+    worker = LLMTrainingJob.model_validate({**manifest(), "spec": spec})
+    env = {e["name"]: e.get("value") for e in container_env(worker, 0, 0)}
+    assert env["LLMJOB_LOG_FORMAT"] == "json" and env["A"] == "1"
+    assert env["LLMJOB_JOB_NAME"] == "llama", "the operator's own LLMJOB_ names are still set"
+    assert configure_logging(env=env, stream=io.StringIO()) == "json"

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from llm_operator import labels, metrics
-from llm_operator.node_marking import NodeMarker
+from llm_operator.node_marking import Marking, NodeMarker, condition_mark
+from llm_operator.observe import NodeView
 
 from .fake_kube import FakeKube, record_events
 
@@ -43,3 +44,46 @@ def test_a_mark_that_fails_is_a_warning_event_not_an_error(monkeypatch: pytest.M
     kube.fail.add("mark_node")
     asyncio.run(NodeMarker(kube, enabled=True).record([("n1", "efa")], BODY, LOG))  # type: ignore[arg-type]
     assert events.reasons() == ["NodeMarkFailed"] and "n1" in events[0][2]
+
+
+def _node(failing: tuple[str, ...] = (), mark: str | None = None) -> NodeView:
+    taints = ((labels.UNHEALTHY_NODE, "NoSchedule", None),) if mark else ()
+    return NodeView(
+        name="n1",
+        ready=True,
+        not_ready_since=None,
+        unschedulable=False,
+        taints=taints,
+        labels=((labels.UNHEALTHY_NODE, mark),) if mark else (),
+        allocatable_gpus=8,
+        failing=tuple((kind, None) for kind in failing),
+    )
+
+
+WATCHED = ("AcceleratedHardwareReady", "NetworkingReady")
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        (_node(), None),
+        (_node(("NetworkingReady",)), ("mark", "NetworkingReady")),
+        (_node(("NetworkingReady",), mark="efa"), None),  # marked already (by a health check): left alone
+        (_node(mark="AcceleratedHardwareReady"), ("unmark", "AcceleratedHardwareReady")),
+        (_node(("NetworkingReady",), mark="AcceleratedHardwareReady"), None),  # another still fails
+        (_node(mark="efa"), None),  # a health check's mark stays until a person removes it
+    ],
+)
+def test_condition_mark_follows_the_platform_conditions(node: NodeView, expected: Marking | None) -> None:
+    assert condition_mark(node, WATCHED) == expected
+
+
+def test_follow_conditions_marks_and_unmarks_only_when_enabled() -> None:
+    kube = FakeKube()
+    asyncio.run(NodeMarker(kube, enabled=False).follow_conditions(_node(("NetworkingReady",)), WATCHED, LOG))  # type: ignore[arg-type]
+    assert kube.calls == []
+    marker = NodeMarker(kube, enabled=True)  # type: ignore[arg-type]
+    asyncio.run(marker.follow_conditions(_node(("NetworkingReady",)), WATCHED, LOG))
+    asyncio.run(marker.follow_conditions(_node(mark="NetworkingReady"), WATCHED, LOG))
+    assert [name for name, _ in kube.calls] == ["mark_node", "unmark_node"]
+    assert kube.called("unmark_node") == [("n1", labels.UNHEALTHY_NODE, "NetworkingReady")]

@@ -128,3 +128,10 @@ def test_with_karpenter_only_nodes_nothing_else_repels_are_required_terms() -> N
     assert "preferredDuringSchedulingIgnoredDuringExecution" not in everything, (
         "without Karpenter: all required"
     )
+
+
+def test_karpenter_required_terms_leave_out_the_nodes_the_operator_marks() -> None:
+    from llm_operator.policy.placement import required_avoidance
+
+    assert required_avoidance(("a", "sick"), ("sick",), marking=True) == ("a",)
+    assert required_avoidance(("a", "sick"), ("sick",), marking=False) == ("a", "sick")

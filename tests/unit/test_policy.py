@@ -234,10 +234,10 @@ def test_condition_transition_time_kept_when_unchanged() -> None:
     assert flipped[0]["lastTransitionTime"] != "2026-01-01T00:00:00Z"
 
 
-def test_a_node_condition_from_the_platform_loses_the_worker_gracefully_and_names_the_condition() -> None:
+def test_a_node_condition_from_the_platform_loses_the_worker_at_once_and_names_the_condition() -> None:
     bad = node("n", failing=(("AcceleratedHardwareReady", NOW - 3),))
     h = assess(pod(0, node="n"), bad, NOW, 30, ())
-    assert (h.state, h.signal, h.force, h.since) == ("lost", "NodeCondition", False, NOW - 3)
+    assert (h.state, h.signal, h.force, h.since) == ("lost", "NodeCondition", True, NOW - 3)
     assert "AcceleratedHardwareReady" in h.detail
     # A termination taint comes first in the one ordered list of node rules.
     both = node("n", failing=(("KernelReady", NOW),), taints=(("karpenter.sh/disrupted", "NoSchedule", NOW),))

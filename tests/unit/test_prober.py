@@ -102,3 +102,27 @@ def test_the_interval_follows_the_timeout_and_the_progress_interval(
     stopped: Any = False
     asyncio.run(prober.run(body(1, timeout), {}, stopped, lambda: next(deleted), logging.getLogger("t")))
     assert (slept, len(rounds)) == ([interval], probes)
+
+
+def test_the_same_scheduling_verdict_with_a_newer_event_time_wakes_nobody() -> None:
+    from llm_operator.policy.unschedulable import SchedulingEvent
+
+    answers = [
+        [SchedulingEvent("llama-worker-1", "karpenter", "no nodepool fits", 10.0)],
+        [SchedulingEvent("llama-worker-1", "karpenter", "no nodepool fits", 20.0)],  # repeated later
+        [SchedulingEvent("llama-worker-1", "default-scheduler", "0/4 nodes are available", 30.0)],
+    ]
+
+    async def read(_: str) -> list[SchedulingEvent]:
+        return answers.pop(0)
+
+    prober = make()
+    prober.scheduling = read
+    waiting = [pod(1, phase="Pending", ready=False, node="")]
+    woken = []
+    for _ in range(3):
+        prober.wake.clear()
+        asyncio.run(prober.read_scheduling(waiting))
+        woken.append(prober.wake.is_set())
+    assert woken == [True, False, True]
+    assert prober.tracker.scheduling[0].source == "default-scheduler"

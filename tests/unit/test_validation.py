@@ -40,6 +40,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("reserved RANK env", manifest(env=[{"name": "RANK", "value": "0"}]), "spec.env RANK is reserved"),
     (
+        "reserved LLMJOB env",
+        manifest(env=[{"name": "LLMJOB_JOB_NAME", "value": "x"}]),
+        "spec.env LLMJOB_JOB_NAME is reserved",
+    ),
+    (
         "reserved MASTER_ADDR",
         manifest(env=[{"name": "MASTER_ADDR", "value": "x"}]),
         "spec.env MASTER_ADDR is reserved",

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from llm_operator.api.monitoring import groups, pattern_problem
 from llm_operator.api.rules import (
     ABSOLUTE_PATH,
     ENV_NAME,
@@ -19,6 +20,8 @@ from llm_operator.api.rules import (
     RULES_FSX,
     RULES_INIT_CONTAINER,
     RULES_JOB,
+    RULES_LOG_PATTERN,
+    RULES_MONITORING_RULE,
     RULES_POD_METADATA,
     RULES_POD_VOLUME,
     RULES_SPEC,
@@ -372,6 +375,70 @@ class RuntimeRef(_Model):
     """Name of the runtime."""
 
 
+class MonitoringRule(_Model):
+    """A rule the job follows (docs/elasticity.md, "Monitoring rules"). A log rule (logPattern) is checked
+    by the supervisor in every worker against each line the program writes; a loss rule (loss) by the
+    runtime's step commit. A rule breaks; on its `after`-th consecutive break it fires: its action is taken,
+    an Event names it, llmjob_rule_fired_total counts it and status.lastRuleFired records it."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(RULES_MONITORING_RULE))
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Name of the rule (a DNS label); rules from a runtime merge with the job's by name."""
+    logPattern: str | None = Field(
+        default=None, min_length=1, max_length=1024, json_schema_extra=_cel(RULES_LOG_PATTERN)
+    )
+    """RE2 pattern matched against each output line (stdout and stderr) of the program. Alone: every
+    matching line is a break (e.g. 'CUDA error'). With metricThreshold, its first group is the number."""
+    expectedStartCutOffSeconds: int | None = Field(default=None, ge=1, le=604800)
+    """The first matching line must come within this long of the program's start."""
+    expectedRecurringSeconds: int | None = Field(default=None, ge=1, le=604800)
+    """Then a matching line must come at least this often (before the first one, measured from the start
+    when expectedStartCutOffSeconds is unset)."""
+    metricThreshold: float | None = None
+    """A number captured from matching lines (the first group) breaks the rule when `operator` holds
+    between it and this threshold for all of the last dataPoints numbers."""
+    operator: Literal["lt", "lte", "gt", "gte"] | None = None
+    """lt, lte, gt or gte: number <op> metricThreshold is a break (with metricThreshold)."""
+    dataPoints: int | None = Field(default=None, ge=1, le=10000)
+    """How many consecutive numbers must all break (default 1; with metricThreshold)."""
+    loss: Literal["nonFinite"] | None = None
+    """nonFinite: a loss rule, broken by a step whose loss (all-reduced by step.commit) is NaN or
+    infinite. llm_elastic programs only (failurePolicy.recovery inProcess)."""
+    action: Literal["event", "restartWorker", "replaceNode", "restartJob", "failJob", "skipStep", "rollback"]
+    """event: record only. restartWorker: the program restarts in its pod. replaceNode: the pod is
+    replaced and its node avoided. restartJob: every worker restarts. failJob: the job fails. Loss rules
+    only: skipStep (no member applies the step) and rollback (the members load the newest in-memory
+    snapshot). Log rules take event, restartWorker, replaceNode, restartJob, failJob; loss rules event,
+    skipStep, rollback, restartJob, failJob."""
+    after: int = Field(default=1, ge=1, le=100000)
+    """Fire on the after-th consecutive break (a good line, value or step resets the count)."""
+
+    @field_validator("logPattern")
+    @classmethod
+    def _re2(cls, pattern: str | None) -> str | None:
+        problem = pattern_problem(pattern) if pattern is not None else ""
+        if problem:
+            raise ValueError(problem)
+        return pattern
+
+    @model_validator(mode="after")
+    def _group(self) -> MonitoringRule:
+        if self.logPattern is not None and self.metricThreshold is not None and groups(self.logPattern) < 1:
+            raise ValueError(
+                f"logPattern {self.logPattern!r}: metricThreshold needs a capture group (its first group is"
+                " the number compared)"
+            )
+        return self
+
+
+class Monitoring(_Model):
+    """Rules the job follows, evaluated in its pods (docs/elasticity.md, "Monitoring rules")."""
+
+    rules: list[MonitoringRule] = Field(default_factory=list, max_length=32, json_schema_extra=_by_name(32))
+    """Log and loss rules, at most 32, names unique. A runtime's rules merge with the job's by name."""
+
+
 class LLMTrainingJobSpec(_Model):
     """The desired state of an elastic training job."""
 
@@ -426,6 +493,8 @@ class LLMTrainingJobSpec(_Model):
     """Placement of the worker pods."""
     healthCheck: HealthCheck = Field(default_factory=HealthCheck)
     """Node health checks and straggler detection (run by the runtime in every worker)."""
+    monitoring: Monitoring | None = None
+    """Log and loss rules with actions, evaluated in the pods (docs/elasticity.md, "Monitoring rules")."""
     terminationGracePeriodSeconds: int = Field(default=300, ge=0, le=3600)
     """Seconds a stopping worker gets to finish its step and write a checkpoint."""
     ttlSecondsAfterFinished: int | None = Field(default=None, ge=0, le=31536000)
@@ -444,8 +513,8 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Condition type: Ready, Degraded, Suspended, Complete, Failed, CheckpointNotShared, Stalled,
-    Straggler."""
+    """Condition type: Ready, Degraded, Suspended, Complete, Failed, Admitted (Kueue), CheckpointNotShared,
+    Stalled, Straggler, Members, WaitingForCapacity, Unschedulable, WorkersRefused."""
     status: Literal["True", "False", "Unknown"]
     """Condition status."""
     reason: str = ""
@@ -581,6 +650,36 @@ class TopologyStatus(_Model):
     """The workers occupy more than one domain."""
 
 
+class RuleFired(_Model):
+    """The last firing of a monitoring rule the operator saw (spec.monitoring.rules)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rule: str = ""
+    """The rule's name."""
+    action: str = ""
+    """The action taken (replaceNode, restartJob, failJob, restartWorker past its restarts)."""
+    worker: str = ""
+    """The worker pod whose supervisor fired it (empty: reported by the workers' metrics)."""
+    detail: str = ""
+    """Why, in one line (from the worker's termination message)."""
+    time: str = ""
+    """When the worker exited (RFC 3339)."""
+
+
+class RuleCount(_Model):
+    """How often a rule fired in the workers, as their metrics report it (llm_trainer_rule_fired_total)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rule: str = ""
+    """The rule's name."""
+    action: str = ""
+    """Its action."""
+    count: int = 0
+    """Firings the probed workers counted (the highest of them)."""
+
+
 class LLMTrainingJobStatus(_Model):
     """What the operator observed and decided (written once per reconcile pass)."""
 
@@ -644,6 +743,14 @@ class LLMTrainingJobStatus(_Model):
     """Training progress and goodput from the workers' metrics; unset when they serve none."""
     topology: TopologyStatus | None = None
     """The domains the workers occupy (jobs with spec.scheduling.topology only)."""
+    rulesFired: int = 0
+    """Monitoring rule firings seen so far: log rules that ended a worker (termination message) and loss
+    rules the workers' metrics report; each also an Event RuleFired. A log rule's event and restartWorker
+    firings are in the pod log only (a restart counts in processRestarts)."""
+    lastRuleFired: RuleFired | None = None
+    """The last firing (of a worker's log rule, or of a loss rule the workers' metrics report)."""
+    workerRules: list[RuleCount] = Field(default_factory=list, max_length=64)
+    """Loss rules' firings as the workers' metrics last reported them (the base for new Events)."""
 
 
 class ObjectMeta(_Model):

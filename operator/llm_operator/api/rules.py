@@ -25,6 +25,17 @@ RESERVED_ENV_NAMES: tuple[str, ...] = (
     "NODE_RANK",
 )
 RESERVED_ENV_PREFIXES: tuple[str, ...] = ("PET_", "TORCHELASTIC_", "LLMJOB_")
+USER_ENV_NAMES: tuple[str, ...] = ("LLMJOB_LOG_FORMAT",)
+"""Names under a reserved prefix that belong to the user: knobs of the runtime library in the worker that
+the operator never sets (``LLMJOB_LOG_FORMAT``: text or JSON log lines). Jobs and runtimes may set them."""
+
+
+def reserved_env(name: str) -> bool:
+    """Whether the operator owns the environment variable ``name`` (a job or runtime may not set it)."""
+    if name in USER_ENV_NAMES:
+        return False
+    return name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES)
+
 
 # ------------------------------------------------------------------------------------ spec.podTemplate
 # What the operator owns in a worker pod (docs/api.md, "Pod template"): a pod template that names one of
@@ -224,13 +235,16 @@ RULES_JOB_SPEC: list[dict[str, str]] = [
 
 RULES_ENV_VAR: list[dict[str, str]] = [
     _rule(
-        f"!(self.name in {_cel_list(RESERVED_ENV_NAMES)})"
-        + "".join(f" && !self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES),
+        f"self.name in {_cel_list(USER_ENV_NAMES)} || (!(self.name in {_cel_list(RESERVED_ENV_NAMES)})"
+        + "".join(f" && !self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES)
+        + ")",
         "'spec.env ' + self.name + ' is reserved: the operator sets it for torchrun (names "
         + ", ".join(RESERVED_ENV_NAMES[:4])
         + ", ..., and prefixes "
         + ", ".join(p + "*" for p in RESERVED_ENV_PREFIXES)
-        + " are owned by the operator)'",
+        + " are owned by the operator, except "
+        + ", ".join(USER_ENV_NAMES)
+        + ")'",
         ".name",
         "FieldValueForbidden",
     ),
@@ -317,3 +331,106 @@ RULES_TOPOLOGY: list[dict[str, str]] = [
         ".key",
     ),
 ]
+
+# ------------------------------------------------------------------------------------ spec.monitoring
+# Rules the job follows (docs/elasticity.md, "Monitoring rules"): log rules run in the worker's supervisor
+# (llm_elastic.supervise), loss rules in the runtime's step commit. Actions by kind of rule:
+LOG_RULE_ACTIONS: tuple[str, ...] = ("event", "restartWorker", "replaceNode", "restartJob", "failJob")
+LOSS_RULE_ACTIONS: tuple[str, ...] = ("event", "skipStep", "rollback", "restartJob", "failJob")
+RULE_ACTIONS: tuple[str, ...] = (*LOG_RULE_ACTIONS, "skipStep", "rollback")
+RULE_OPERATORS: tuple[str, ...] = ("lt", "lte", "gt", "gte")
+# An RE2 pattern with a capturing group: an unescaped '(' that is not '(?...' or is a named group '(?P<'.
+# The apiserver's approximation (a '(' inside a character class counts too); the operator and `llmjob
+# render` count the groups exactly with RE2 (``llm_operator.api.monitoring``).
+CAPTURE_GROUP = r"(^|[^\\])(\\\\)*\((\?P?<|[^?*])"
+
+_R = "'spec.monitoring.rules[' + self.name + ']"
+# On the logPattern string itself: it must compile as RE2 (CEL's matches() is RE2). An invalid pattern makes
+# the rule an evaluation error, which the apiserver reports on this field with RE2's reason (a ternary,
+# because || and && would absorb the error).
+RULES_LOG_PATTERN: list[dict[str, str]] = [
+    _rule("''.matches(self) ? true : true", "'spec.monitoring.rules[].logPattern: not a valid RE2 pattern'"),
+]
+RULES_MONITORING_RULE: list[dict[str, str]] = [
+    _rule(
+        "has(self.logPattern) != has(self.loss)",
+        _R + ": set logPattern (a log rule) or loss (a loss rule), exactly one'",
+        ".logPattern",
+        "FieldValueRequired",
+    ),
+    _rule(
+        f"!has(self.logPattern) || self.action in {_cel_list(LOG_RULE_ACTIONS)}",
+        _R
+        + ".action: ' + self.action + ' is not an action of a log rule (one of "
+        + ", ".join(LOG_RULE_ACTIONS)
+        + ")'",
+        ".action",
+        "FieldValueInvalid",
+    ),
+    _rule(
+        f"!has(self.loss) || self.action in {_cel_list(LOSS_RULE_ACTIONS)}",
+        _R
+        + ".action: ' + self.action + ' is not an action of a loss rule (one of "
+        + ", ".join(LOSS_RULE_ACTIONS)
+        + ")'",
+        ".action",
+        "FieldValueInvalid",
+    ),
+    _rule(
+        "!has(self.loss) || !(has(self.expectedStartCutOffSeconds) || has(self.expectedRecurringSeconds)"
+        " || has(self.metricThreshold) || has(self.operator) || has(self.dataPoints))",
+        _R + ": a loss rule takes no expectedStartCutOffSeconds, expectedRecurringSeconds,"
+        " metricThreshold, operator or dataPoints (they belong to log rules)'",
+        ".loss",
+        "FieldValueForbidden",
+    ),
+    _rule(
+        "has(self.metricThreshold) == has(self.operator)",
+        _R + ": metricThreshold and operator go together (the number is compared with the threshold by"
+        " the operator: lt, lte, gt or gte)'",
+        ".metricThreshold",
+        "FieldValueRequired",
+    ),
+    _rule(
+        "!has(self.dataPoints) || has(self.metricThreshold)",
+        _R + ".dataPoints: only a rule with metricThreshold takes dataPoints'",
+        ".dataPoints",
+        "FieldValueForbidden",
+    ),
+    _rule(
+        f"!has(self.metricThreshold) || !has(self.logPattern) || self.logPattern.matches(r'{CAPTURE_GROUP}')",
+        _R + ".logPattern: metricThreshold needs a capture group in logPattern (its first group is the"
+        " number compared), e.g. tokens/s (\\\\d+)'",
+        ".logPattern",
+    ),
+]
+
+# A loss rule needs a program known to run the llm_elastic runtime (its step commit evaluates the rule):
+# with recovery inProcess the program must be one (docs/byo-training.md); under torchrun (recovery
+# restart) it may be any program. On any spec (tolerant of an unset recovery: a runtime's, or the merged
+# spec with defaults), and on a job's own spec without runtimeRef (recovery must be set there).
+_LOSS_RULES = (
+    "has(self.monitoring) && has(self.monitoring.rules) && self.monitoring.rules.exists(r, has(r.loss))"
+)
+_LOSS_MESSAGE = (
+    "'spec.monitoring.rules: a loss rule needs spec.failurePolicy.recovery inProcess (the step commit of"
+    " the llm_elastic runtime evaluates it; under torchrun the program may be any program)'"
+)
+RULES_SPEC.append(
+    _rule(
+        f"!({_LOSS_RULES}) || !{_HAS_FP} || !has(self.failurePolicy.recovery)"
+        " || self.failurePolicy.recovery == 'inProcess'",
+        _LOSS_MESSAGE,
+        ".monitoring.rules",
+        "FieldValueForbidden",
+    )
+)
+RULES_JOB_SPEC.append(
+    _rule(
+        f"has(self.runtimeRef) || !({_LOSS_RULES}) || ({_HAS_FP} && has(self.failurePolicy.recovery)"
+        " && self.failurePolicy.recovery == 'inProcess')",
+        _LOSS_MESSAGE,
+        ".monitoring.rules",
+        "FieldValueForbidden",
+    )
+)

@@ -8,7 +8,8 @@ Merge rules (pure, table-tested in tests/unit/test_runtime.py):
   ``scheduling.nodeSelector``) merge field by field, with the same rule at every level;
 - lists of named items merge by name, job last: ``env`` by ``name``, ``scheduling.tolerations`` by
   ``(key, effect)``, the pod template's ``imagePullSecrets``, ``volumes``, ``initContainers`` and
-  ``containers`` by ``name``; the runtime's items the job does not name keep their order, then come the
+  ``containers`` by ``name``, ``monitoring.rules`` by ``name``; the runtime's items the job does not
+  name keep their order, then come the
   job's items in the job's order (a job item replaces the runtime's item of the same name whole);
 - the pod template's ``metadata.labels``, ``metadata.annotations`` and ``spec.securityContext`` merge key
   by key like any object;
@@ -55,6 +56,7 @@ _NAMED_LISTS: dict[str, Callable[[Any], Any]] = {
     "podTemplate.spec.volumes": _name,
     "podTemplate.spec.initContainers": _name,
     "podTemplate.spec.containers": _name,
+    "monitoring.rules": _name,
 }
 _ATOMIC = {"scheduling.affinity", "podTemplate.spec.dnsConfig"}
 

@@ -192,7 +192,8 @@ def cel_problems(job: LLMTrainingJob) -> list[Problem]:
 
 
 def _result(problems: list[Problem], merged: Merged | None, job: LLMTrainingJob | None = None) -> Result:
-    lines = [annotate(path, message, merged) for path, message in problems]
+    # A rule on every spec and its stricter twin on a job's own spec may both fail: one line each.
+    lines = list(dict.fromkeys(annotate(path, message, merged) for path, message in problems))
     return Result(None if lines else job, lines, merged)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from llm_operator import labels
 from llm_operator.api.models import LLMTrainingJob
+from llm_operator.api.monitoring import LOG_RULES_ENV, LOSS_RULES_ENV
 from llm_operator.api.rules import (
     FSX_VOLUME,
     SHM_PATH,
@@ -87,7 +88,31 @@ def _tail_env(job: LLMTrainingJob) -> list[dict[str, Any]]:
     ]
     if job.spec.checkpointDir:
         env.append({"name": "LLMJOB_CHECKPOINT_DIR", "value": job.spec.checkpointDir})
-    return env
+    return env + rules_env(job)
+
+
+def rules_env(job: LLMTrainingJob) -> list[dict[str, str]]:
+    """LLMJOB_LOSS_RULES (``[{"name", "action", "after"}]``, for the runtime's step commit) and
+    LLMJOB_LOG_RULES (every field a log rule sets, for the supervisor): compact JSON, each only when the
+    job has such rules."""
+    loss: list[dict[str, Any]] = []
+    log: list[dict[str, Any]] = []
+    for rule in job.spec.monitoring.rules if job.spec.monitoring else []:
+        data = rule.model_dump(mode="json", exclude_none=True)
+        if rule.loss is not None:
+            loss.append({"name": rule.name, "action": rule.action, "after": rule.after})
+        else:
+            log.append(data)
+    return [
+        {"name": name, "value": json.dumps(items, separators=(",", ":"), sort_keys=True)}
+        for name, items in ((LOSS_RULES_ENV, loss), (LOG_RULES_ENV, log))
+        if items
+    ]
+
+
+def log_rules(job: LLMTrainingJob) -> bool:
+    """Whether the job has log rules (the supervisor reads the program's output only then)."""
+    return job.spec.monitoring is not None and any(r.logPattern for r in job.spec.monitoring.rules)
 
 
 def torchrun_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
@@ -136,22 +161,23 @@ def in_process(job: LLMTrainingJob) -> bool:
 def launcher(job: LLMTrainingJob) -> list[str]:
     """What runs the user's command: torchrun across nodes; for inProcess a supervisor that restarts a
     failed program inside its pod (recovery layer 2): ``llm_elastic.supervise`` for one process per pod,
-    torchrun as a local supervisor only for several (``--standalone``: never a rendezvous across nodes)."""
+    torchrun as a local supervisor only for several (``--standalone``: never a rendezvous across nodes).
+    With log rules (spec.monitoring), the supervisor also runs torchrun (recovery restart) and torchrun
+    --standalone (in process, several processes per pod): it restarts them only when a rule says so."""
+    supervise = ["python", "-m", "llm_elastic.supervise"]
+    max_restarts = job.spec.failurePolicy.maxRestarts
+    rules = [f"--rules-env={LOG_RULES_ENV}", f"--max-rule-restarts={max_restarts}"] if log_rules(job) else []
     if not in_process(job):
-        return ["torchrun", "--no-python"]
+        torchrun = ["torchrun", "--no-python"]
+        return [*supervise, *rules, "--max-restarts=0", "--", *torchrun] if rules else torchrun
     if job.nproc_per_node == 1:  # recovery layer 2: the program restarted inside its pod (llm_elastic)
-        return [
-            "python",
-            "-m",
-            "llm_elastic.supervise",
-            f"--max-restarts={job.spec.failurePolicy.maxRestarts}",
-            "--",
-        ]
+        return [*supervise, *rules, f"--max-restarts={max_restarts}", "--"]
     return [
+        *([*supervise, *rules, "--max-restarts=0", "--"] if rules else []),
         "torchrun",
         "--standalone",
         f"--nproc-per-node={job.nproc_per_node}",
-        f"--max-restarts={job.spec.failurePolicy.maxRestarts}",
+        f"--max-restarts={max_restarts}",
         "--no-python",
     ]
 

@@ -16,11 +16,10 @@ from llm_operator.api.rules import (
     OPERATOR_LABEL_PREFIXES,
     OPERATOR_LABELS,
     OPERATOR_VOLUMES,
-    RESERVED_ENV_NAMES,
-    RESERVED_ENV_PREFIXES,
     SHM_PATH,
     TERMINATION_MESSAGE_PATH,
     TRAINER_CONTAINER,
+    reserved_env,
 )
 from llm_operator.builders.pod_template import POD_FIELDS as TEMPLATE_POD_FIELDS
 from llm_operator.builders.worker import EFA_RESOURCE, GPU_RESOURCE
@@ -100,7 +99,7 @@ def _env(items: list[Any], path: str, report: Report) -> list[dict[str, Any]]:
         if not isinstance(item, dict) or not item.get("name"):
             raise ConvertError([f"{path}[{i}]: must be a mapping with a name"])
         name = str(item["name"])
-        if name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES):
+        if reserved_env(name):
             report.warn(f"{path}[{i}] ({name})", OPERATOR_SETS)
             continue
         out.append({k: item[k] for k in ("name", "value", "valueFrom") if k in item})

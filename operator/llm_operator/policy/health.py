@@ -15,6 +15,7 @@ from llm_operator.observe import (
 )
 from llm_operator.policy.exits import HEALTH_EXIT_CODE, classify_exit
 from llm_operator.policy.nodehealth import parse_failure
+from llm_operator.policy.rules import RULE_EXIT_CODE, parse_firing
 
 State = Literal["healthy", "pending", "lost", "fatal", "succeeded", "terminating"]
 
@@ -33,6 +34,8 @@ NODE_UNHEALTHY = "NodeUnhealthy"
 STRAGGLER = "Straggler"
 """The worker exited 78 as a straggler (its steps were slower than the job's median by stragglerFactor)."""
 HEALTH_SIGNALS = (NODE_UNHEALTHY, STRAGGLER)
+RULE_FIRED = "RuleFired"
+"""The worker exited 79: a monitoring rule ended it (restartJob, failJob, restartWorker past its restarts)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ def assess(
         if pod.exit_code == HEALTH_EXIT_CODE and pod.reason != "Evicted":  # before nonRetryableExitCodes
             signal = STRAGGLER if parse_failure(pod.message).straggler else NODE_UNHEALTHY
             return Health("lost", signal, since=pod.finished)
+        firing = parse_firing(pod.message) if pod.exit_code == RULE_EXIT_CODE else None
+        if firing is not None:  # before nonRetryableExitCodes: the rule says what to do
+            return Health("fatal" if firing.action == "failJob" else "lost", RULE_FIRED, since=pod.finished)
         verdict = classify_exit(pod.exit_code, pod.reason, non_retryable)
         if verdict == "success":
             return Health("succeeded")
@@ -110,6 +116,8 @@ def assess(
     if rule is None:
         return Health("healthy")
     signal, since, detail = rule
+    if signal == NODE_CONDITION:  # broken hardware: nothing to wait for (its members are evicted first)
+        return Health("lost", signal, since=since, detail=detail, force=True)
     if signal != NODE_NOT_READY:
         return Health("lost", signal, since=since, detail=detail)
     due = (since or 0.0) + grace

@@ -33,6 +33,7 @@ CHECKS: dict[str, str] = {
     "efa": "efa",
     "command": "command",
     "straggler": "straggler",
+    "rule-fired": "rule",  # a log rule with action replaceNode (policy.rules)
 }
 KINDS = (*sorted(set(CHECKS.values())), "other")
 STRAGGLER = "straggler"

@@ -60,6 +60,16 @@ def needs_term(node: NodeView | None) -> bool:
     )
 
 
+def required_avoidance(hard: Iterable[str], failing: Iterable[str], marking: bool) -> tuple[str, ...]:
+    """The avoided nodes that get a required term where Karpenter serves the cluster: ``hard``
+    (``needs_term``) less, with node marking on, the nodes failing a platform condition. The operator
+    taints those itself before it wakes any job (``handlers.node_changed``), and Karpenter launches
+    nothing for a pod with a required ``matchFields`` term: without the taint a worker that the bad node
+    displaced would wait for the condition to clear instead of for a new node."""
+    skip = set(failing) if marking else set()
+    return tuple(n for n in hard if n not in skip)
+
+
 def stale_avoidance(pod: PodView, avoid_now: Iterable[str], nodes: Mapping[str, NodeView]) -> tuple[str, ...]:
     """Nodes ``pod`` was made to avoid that exist and are no longer avoided: non-empty means the pod,
     still waiting for a node, should be re-created without those terms. A node that is gone stays out

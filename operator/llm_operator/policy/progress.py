@@ -37,6 +37,9 @@ class Sample:
     """Programs of the job restarted inside their pods so far (recovery layer 2; the members agree on it)."""
     world_size: int | None = None
     """Processes in the generation the worker trains in."""
+    rules_fired: tuple[tuple[str, str, int], ...] = ()
+    """(rule, action, count) of ``llm_trainer_rule_fired_total``: the runtime's loss rules that fired in
+    this process (every member of a generation fires together)."""
 
 
 @dataclass(frozen=True)

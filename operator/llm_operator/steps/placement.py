@@ -17,6 +17,7 @@ def observe_nodes(s: PassState) -> None:
     deleted = [p.node for p, h in s.verdicts if h.signal == NODE_DELETED]
     s.out.avoid_nodes = nodes_to_avoid(s.nodes.values(), deleted)
     s.out.avoid_hard = tuple(n for n in s.out.avoid_nodes if needs_term(s.nodes.get(n)))
+    s.out.avoid_failing = tuple(n for n in s.out.avoid_nodes if (node := s.nodes.get(n)) and node.failing)
 
 
 def renew_stale_avoidance(s: PassState) -> None:

@@ -52,8 +52,13 @@ class Plan:
     avoid_hard: tuple[str, ...] = ()
     """Of ``avoid_nodes``, those only a required term keeps new workers off (``placement.needs_term``):
     where Karpenter serves the cluster the others become preferred terms, which it accepts."""
+    avoid_failing: tuple[str, ...] = ()
+    """Of ``avoid_nodes``, those a platform node condition reports unhealthy: with node marking on, the
+    operator taints them itself (``node_marking.condition_mark``), so they repel pods by themselves."""
     unhealthy: list[tuple[str, str]] = field(default_factory=list)
     """(node, check) of nodes found unhealthy this pass, for metrics and node marking."""
+    rules_fired: list[tuple[str, str]] = field(default_factory=list)
+    """(rule, action) of monitoring rules found fired this pass, for llmjob_rule_fired_total."""
     requeue_at: float | None = None
     placement: Placement | None = None
     """Topology terms of the workers in ``create`` (jobs with spec.scheduling.topology)."""
@@ -98,6 +103,12 @@ class PassState:
     """status.unhealthyNodes, newest last."""
     last_resize: float | None
     below_min_since: float | None
+    rules_fired: int
+    """Monitoring rule firings recorded so far (status.rulesFired)."""
+    last_rule_fired: dict[str, Any] | None
+    """status.lastRuleFired."""
+    worker_rules: list[dict[str, Any]]
+    """status.workerRules: the rule counts the workers' metrics reported last."""
     completion: str | None
     replacing: bool = False
     """Lost or failed workers are being replaced this pass (a restart)."""
@@ -160,6 +171,9 @@ class PassState:
             unhealthy_nodes=[n.model_dump() for n in old.unhealthyNodes],
             last_resize=parse_time(old.lastResizeTime),
             below_min_since=parse_time(old.belowMinSince),
+            rules_fired=old.rulesFired,
+            last_rule_fired=old.lastRuleFired.model_dump() if old.lastRuleFired else None,
+            worker_rules=[r.model_dump() for r in old.workerRules],
             completion=old.completionTime,
         )
 

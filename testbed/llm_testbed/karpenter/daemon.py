@@ -9,10 +9,8 @@ interface (``:PORT``: it has no bind-address option), and nothing here reaches b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -23,7 +21,7 @@ from pathlib import Path
 
 from llm_testbed.karpenter import catalog
 from llm_testbed.karpenter.manifests import KarpenterError
-from llm_testbed.localcluster import ports, tools
+from llm_testbed.localcluster import daemons, ports, tools
 
 TOOL = "karpenter"
 READY_TIMEOUT_S = 60.0
@@ -157,15 +155,5 @@ def stop(folder: Path) -> bool:
     p = pid(folder)
     if p is None or not alive(folder):
         return False
-    os.kill(p, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while alive(folder) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(p, os.WNOHANG)
-        time.sleep(0.1)
-    if alive(folder):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(p, os.WNOHANG)
+    daemons.terminate(p, lambda: alive(folder), STOP_TIMEOUT_S)
     return True

@@ -32,6 +32,7 @@ KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v4.3.1"
 KUEUE_VERSION = "v0.17.1"
 KARPENTER_VERSION = "v1.15.0"
+DISTRIBUTION_VERSION = "v3.1.2"
 # Karpenter's go.mod asks for Go >= 1.26.9; the go command fetches this exact toolchain through the Go
 # module proxy (about 76 MB, once per machine) when GOTOOLCHAIN names it (docs/decisions.md, "Karpenter").
 KARPENTER_TOOLCHAIN = "go1.27.3"
@@ -122,6 +123,12 @@ GROUPS: tuple[ToolGroup, ...] = (
                 "crds",
             ),
         ),
+    ),
+    ToolGroup(
+        "distribution",
+        DISTRIBUTION_VERSION,
+        {"registry": "github.com/distribution/distribution/v3/cmd/registry"},
+        [f"-X github.com/distribution/distribution/v3/version.version={DISTRIBUTION_VERSION}"],
     ),
 )
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from llm_testbed.localcluster import daemons
 from llm_testbed.localcluster.errors import LocalClusterError
 from llm_testbed.podrunner import containers, files, process
 
@@ -104,15 +103,7 @@ def stop(cluster: str, state_dir: Path) -> bool:
     pid = _pid(state_dir)
     stopped = False
     if pid is not None and alive(state_dir):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while alive(state_dir) and time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.1)
-        if alive(state_dir):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        daemons.terminate(pid, lambda: alive(state_dir), STOP_TIMEOUT_S)
         stopped = True
     base = process.cgroup_base(cluster)
     if base is not None:  # a runner killed hard leaves its pods' cgroups: end them too

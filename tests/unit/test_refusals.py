@@ -1,0 +1,53 @@
+"""policy.refusals: the condition and Event of workers the API server refused (table-driven)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from llm_operator.policy.refusals import CONDITION, Refusal, refusal_condition, refusal_event, refusal_message
+
+PSS = 'pods "j-worker-0" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities'
+REFUSED = [Refusal("j-worker-0", 403, PSS)]
+
+
+def _cond(status: str, message: str = "m") -> dict[str, Any]:
+    return {"type": CONDITION, "status": status, "reason": "R", "message": message}
+
+
+def test_message_is_the_status_message_else_the_body() -> None:
+    assert refusal_message(403, json.dumps({"kind": "Status", "message": PSS})) == PSS
+    assert refusal_message(400, "not json") == "not json"
+    assert refusal_message(422, "") == "HTTP 422"
+
+
+@pytest.mark.parametrize(
+    ("previous", "refused", "created", "expected"),
+    [
+        ([], REFUSED, 0, ("True", "AdmissionRefused")),
+        ([], [], 2, None),  # never refused: no condition at all
+        ([_cond("True")], [], 0, ("True", "R")),  # nothing created: nothing new is known
+        ([_cond("True")], [], 1, ("False", "Created")),
+        ([_cond("False")], [], 0, ("False", "R")),
+        ([_cond("False")], REFUSED, 1, ("True", "AdmissionRefused")),
+    ],
+)
+def test_condition(
+    previous: list[dict[str, Any]], refused: list[Refusal], created: int, expected: tuple[str, str] | None
+) -> None:
+    cond = refusal_condition(previous, refused, created, generation=3)
+    if expected is None:
+        assert cond is None
+        return
+    assert cond is not None and (cond["status"], cond["reason"]) == expected
+    if refused:
+        assert cond["message"] == f"the API server refused worker(s) j-worker-0: {PSS}"
+
+
+def test_event_once_per_new_refusal() -> None:
+    cond = refusal_condition([], REFUSED, 0, 1)
+    assert refusal_event([], cond) == ("Warning", "AdmissionRefused", cond["message"] if cond else "")
+    assert cond is not None and refusal_event([cond], cond) is None  # the same refusal again: no Event
+    assert refusal_event([_cond("True", "other")], cond) is not None  # a different refusal: one more
+    assert refusal_event([], refusal_condition([_cond("True")], [], 1, 1)) is None
