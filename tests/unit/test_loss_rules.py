@@ -13,8 +13,13 @@ import torch.distributed as dist
 from llm_elastic import ElasticConfig, audit, read_contract
 from llm_elastic.commit import FLAGS, CommitWire, Signals
 from llm_elastic.loss_rules import LossGuard, LossRule, choose, parse_loss_rules
+from llm_operator.api.validate import validate
+from llm_operator.builders.worker import rules_env
+from llm_operator.policy.rules import parse_firing
 from torch._C._distributed_c10d import HashStore
 from torch.profiler import ProfilerActivity, profile
+
+from .jobs import manifest
 
 SKIP_THEN_ROLLBACK = (LossRule("nan", "skipStep"), LossRule("nan-again", "rollback", after=3))
 
@@ -26,6 +31,24 @@ def test_rules_parse_with_after_defaulting_to_1() -> None:
     assert contract.loss_rules == SKIP_THEN_ROLLBACK
     assert ElasticConfig(total_steps=1).resolved(contract).loss_rules == SKIP_THEN_ROLLBACK
     assert read_contract({}).loss_rules == ()
+
+
+def test_the_operators_env_reads_back_and_its_parser_reads_our_termination_line() -> None:
+    """Both ends of the contract: what the operator renders, what it reads of a worker a rule ended."""
+    rules = [
+        {"name": "nan", "loss": "nonFinite", "action": "skipStep"},
+        {"name": "nan-again", "loss": "nonFinite", "action": "rollback", "after": 3},
+    ]
+    result = validate(manifest(monitoring={"rules": rules}, failurePolicy={"recovery": "inProcess"}))
+    assert result.job is not None, result.problems
+    env = {e["name"]: e["value"] for e in rules_env(result.job)}
+    assert read_contract(env).loss_rules == SKIP_THEN_ROLLBACK
+    firing = LossGuard([LossRule("stop", "failJob", 2)])
+    firing.judge(True, 4)
+    fired = firing.judge(True, 5)
+    assert fired is not None and fired.ends
+    seen = parse_firing(fired.termination_line())
+    assert seen is not None and (seen.rule, seen.action) == ("stop", "failJob") and "step 5" in seen.detail
 
 
 @pytest.mark.parametrize(
