@@ -15,7 +15,9 @@ The public API (everything else is internal and may change):
   :func:`usage_error` -- options failing in one line, exit 2 (``llm_elastic.cli_errors``);
 * :func:`read_records`, :func:`audit` -- the step log read back and audited (``llm_elastic.metrics``,
   ``llm_elastic.accounting``);
-* :func:`configure_logging` -- text or JSON log lines (``LLMJOB_LOG_FORMAT``; ``llm_elastic.logs``).
+* :func:`configure_logging` -- text or JSON log lines (``LLMJOB_LOG_FORMAT``; ``llm_elastic.logs``);
+* :class:`LossRule` -- what the members do on a non-finite loss (``ElasticConfig.loss_rules``;
+  ``llm_elastic.loss_rules``).
 
 A test (tests/unit/test_import_contract.py) keeps the trainer, the benchmarks and the examples on these names.
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
         EXIT_NO_GENERATION,
         EXIT_PEER_STOPPED,
         EXIT_RECOVERY_EXHAUSTED,
+        EXIT_RULE_FIRED,
         EXIT_STATE_LOST,
         ContractError,
         LocalFailure,
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from llm_elastic.logs import configure_logging
+    from llm_elastic.loss_rules import LossRule
     from llm_elastic.metrics import read_records
     from llm_elastic.order import GlobalOrder
     from llm_elastic.persistence import RestoreFacts
@@ -82,6 +86,7 @@ _HOME: dict[str, str] = {
     "EXIT_NO_GENERATION": "llm_elastic.errors",
     "EXIT_PEER_STOPPED": "llm_elastic.errors",
     "EXIT_RECOVERY_EXHAUSTED": "llm_elastic.errors",
+    "EXIT_RULE_FIRED": "llm_elastic.errors",
     "EXIT_STATE_LOST": "llm_elastic.errors",
     "ContractError": "llm_elastic.errors",
     "LocalFailure": "llm_elastic.errors",
@@ -90,6 +95,7 @@ _HOME: dict[str, str] = {
     "StateLost": "llm_elastic.errors",
     "UsageError": "llm_elastic.errors",
     "configure_logging": "llm_elastic.logs",
+    "LossRule": "llm_elastic.loss_rules",
     "read_records": "llm_elastic.metrics",
     "GlobalOrder": "llm_elastic.order",
     "RestoreFacts": "llm_elastic.persistence",
@@ -113,6 +119,7 @@ __all__ = [
     "EXIT_NO_GENERATION",
     "EXIT_PEER_STOPPED",
     "EXIT_RECOVERY_EXHAUSTED",
+    "EXIT_RULE_FIRED",
     "EXIT_STATE_LOST",
     "HSDP",
     "IN_PROCESS",
@@ -128,6 +135,7 @@ __all__ = [
     "ExitOnErrorParser",
     "GlobalOrder",
     "LocalFailure",
+    "LossRule",
     "PeerLost",
     "RNGState",
     "RecoveryExhausted",

@@ -8,7 +8,10 @@ those records back and checks the promise the trainer makes across every interru
 - a trainer run (one ``restart`` value) continues right after the checkpoint or snapshot it resumed from (or
   from step 1 when none existed yet), and that step is never past what the previous run completed (nothing
   skipped); steps after it are replayed;
-- every step from 1 to the last appears.
+- every step from 1 to the last appears;
+- a step a loss rule dropped (``skipped``) consumed its samples without training them: it is listed in
+  :attr:`Audit.skipped`, and a rollback after it (the next record goes back to the step after the
+  snapshot's) is an interruption like a new run: the steps after the snapshot are replayed.
 
 It also measures each interruption (a new run, or a world-size change inside one): how long training paused
 and how many completed steps were trained again. Pure: no I/O beyond what the caller passes in.
@@ -59,6 +62,8 @@ class Audit:
     steps: int = 0
     interruptions: list[Interruption] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    """Steps a loss rule dropped on every member (their samples moved on untrained), in log order."""
 
     @property
     def ok(self) -> bool:
@@ -77,6 +82,8 @@ class Audit:
     def summary(self) -> str:
         """One line for people: what the interruptions cost."""
         verdict = "no sample lost or repeated" if self.ok else f"{len(self.problems)} problem(s)"
+        if self.skipped:
+            verdict += f", {len(self.skipped)} step(s) skipped by a loss rule"
         if not self.interruptions:
             return f"{self.steps} steps, no interruption, {verdict}"
         paused = sum(i.paused_s for i in self.interruptions)
@@ -90,7 +97,12 @@ class Audit:
 def _runs(records: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     runs: list[list[dict[str, Any]]] = []
     for record in records:
-        if not runs or record.get("restart") != runs[-1][-1].get("restart"):
+        previous = runs[-1][-1] if runs else None
+        if (
+            previous is None
+            or record.get("restart") != previous.get("restart")
+            or (previous.get("skipped") and int(record["step"]) != int(previous["step"]) + 1)
+        ):  # a new trainer run, or a rollback after a dropped step
             runs.append([])
         runs[-1].append(record)
     return runs
@@ -118,6 +130,7 @@ def audit(records: Sequence[dict[str, Any]], order: GlobalOrder | None = None) -
         out.problems.append("no step was recorded")
         return out
     _check_batches(records, order, out)
+    out.skipped = [int(r["step"]) for r in records if r.get("skipped")]
     runs = _runs(records)
     for index, run in enumerate(runs):
         steps = [int(r["step"]) for r in run]

@@ -10,6 +10,7 @@ from typing import Any
 
 from llm_elastic import contract as contract_mod
 from llm_elastic.contract import Contract
+from llm_elastic.loss_rules import ROLLBACK, LossRule
 from llm_elastic.metrics import METRICS_FILE
 
 __all__ = ["SNAPSHOT_ROOT", "ElasticConfig"]
@@ -61,6 +62,9 @@ class ElasticConfig:
     """In process, warm spare: join only once this file exists (imports and model done before)."""
     log_every: int = 10
     """Log a progress line every N steps (rank 0)."""
+    loss_rules: tuple[LossRule, ...] = ()
+    """What the members do when a step's loss is not finite (default: the job's ``$LLMJOB_LOSS_RULES``;
+    none: the step is applied as it is). See :mod:`llm_elastic.loss_rules`."""
     meta: dict[str, Any] = field(default_factory=dict)
     """JSON-serialisable facts saved in each checkpoint's marker (for example the model's name)."""
 
@@ -69,6 +73,7 @@ class ElasticConfig:
         out = dataclasses.replace(self, meta=dict(self.meta))
         out.checkpoint_dir = self.checkpoint_dir or contract.checkpoint_dir
         out.snapshot_dir = self.snapshot_dir or contract.snapshot_dir
+        out.loss_rules = tuple(self.loss_rules or contract.loss_rules)
         if not out.snapshot_dir and out.checkpoint_dir:
             key = hashlib.sha256(str(Path(out.checkpoint_dir).resolve()).encode()).hexdigest()[:16]
             out.snapshot_dir = f"{SNAPSHOT_ROOT}/{key}"
@@ -95,4 +100,13 @@ class ElasticConfig:
         for name in ("collective_timeout", "live_collective_timeout", "form_timeout", "outside_warn_seconds"):
             if getattr(self, name) <= 0:
                 out.append((name, "must be above 0"))
+        for rule in self.loss_rules:
+            if rule.action == ROLLBACK and not self.snapshot_every:
+                out.append(
+                    (
+                        "loss_rules",
+                        f"rule {rule.name!r} rolls back to the newest in-memory snapshot: "
+                        f"set snapshot_every (the trainer's --snapshot-every)",
+                    )
+                )
         return out

@@ -22,8 +22,12 @@ import os
 import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llm_elastic.errors import contract_error
+
+if TYPE_CHECKING:  # the supervisor (a pod's PID 1) imports this module: it loads nothing more on the way
+    from llm_elastic.loss_rules import LossRule
 
 RESTART = "restart"
 IN_PROCESS = "inProcess"
@@ -42,6 +46,8 @@ HEALTH_ENV = "LLMJOB_HEALTH_CHECK"
 POD_ENV = "LLMJOB_POD_NAME"
 CHECKPOINT_ENV = "LLMJOB_CHECKPOINT_DIR"
 SNAPSHOT_ENV = "LLMJOB_SNAPSHOT_DIR"
+LOSS_RULES_ENV = "LLMJOB_LOSS_RULES"
+"""The job's loss rules (``loss: nonFinite``) as a JSON list (llm_elastic.loss_rules)."""
 PROCESS_RESTARTS_ENV = "LLMJOB_PROCESS_RESTARTS"
 """Set by the in-pod supervisor (``python -m llm_elastic.supervise``): how often it restarted the program."""
 
@@ -69,6 +75,8 @@ class Contract:
     """Restart mode: torchelastic's restart count of this agent."""
     process_restarts: int = 0
     """In process: how often the pod's supervisor restarted this program."""
+    loss_rules: tuple[LossRule, ...] = ()
+    """The job's loss rules (``$LLMJOB_LOSS_RULES``; empty: a non-finite loss changes nothing)."""
 
 
 def _int(env: Mapping[str, str], name: str, default: int, least: int = 0) -> int:
@@ -82,6 +90,18 @@ def _int(env: Mapping[str, str], name: str, default: int, least: int = 0) -> int
     if value < least:
         contract_error(f"${name} must be at least {least}, got {value}")
     return value
+
+
+def _loss_rules(env: Mapping[str, str]) -> tuple[LossRule, ...]:
+    raw = env.get(LOSS_RULES_ENV, "")
+    if not raw.strip():
+        return ()
+    from llm_elastic.loss_rules import parse_loss_rules
+
+    try:
+        return parse_loss_rules(raw)
+    except ValueError as exc:
+        contract_error(f"${LOSS_RULES_ENV}: {exc}")
 
 
 def valid_member_id(member: str) -> bool:
@@ -128,6 +148,7 @@ def read_contract(
         "local_world_size": local_world,
         "checkpoint_dir": env.get(CHECKPOINT_ENV, ""),
         "snapshot_dir": env.get(SNAPSHOT_ENV, ""),
+        "loss_rules": _loss_rules(env),
     }
     if mode == RESTART:
         if not (env.get("RANK") and env.get("WORLD_SIZE")):

@@ -29,6 +29,10 @@ EXIT_LOCAL_FAILURE = 76
 """This process failed on its own (not a lost peer): the supervisor restarts it inside the pod."""
 EXIT_RECOVERY_EXHAUSTED = 77
 """In-process recovery failed ``max_reforms`` times in a row without a completed step."""
+EXIT_RULE_FIRED = 79
+"""A monitoring rule ended this worker for ``restartJob`` or ``failJob``: the termination message says which
+(``rule-fired: <rule> <action>: <detail>``, docs/CONTRACTS.md); the operator restarts every worker or fails
+the job."""
 
 
 class ElasticError(Exception):
@@ -57,6 +61,11 @@ class Evicted(ElasticError):
 
 class RunFinished(ElasticError):
     """The run is done; a late joiner has nothing to join."""
+
+
+class StepDropped(ElasticError):
+    """The members agreed in the commit not to apply this step (a loss rule fired): raised by
+    ``step.commit()`` so that the code after it in ``with step:`` does not run; ``with step`` swallows it."""
 
 
 class UsageError(ElasticError):

@@ -242,11 +242,16 @@ class Checks:
         return None
 
 
+def write_termination_message(line: str, env: Mapping[str, str] | None = None) -> None:
+    """Write ``line`` where Kubernetes reads the termination message (``$LLMJOB_TERMINATION_LOG``)."""
+    path = Path((os.environ if env is None else env).get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
+    with contextlib.suppress(OSError):  # not in a pod (no /dev/termination-log): the log says it too
+        path.write_text(line + "\n")
+
+
 def report_unhealthy(finding: Finding, env: Mapping[str, str] | None = None) -> None:
     """Write the reason where Kubernetes reads the termination message, and say it on stderr."""
-    path = Path((os.environ if env is None else env).get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
-    with contextlib.suppress(OSError):  # not in a pod (no /dev/termination-log): stderr still says it
-        path.write_text(finding.line() + "\n")
+    write_termination_message(finding.line(), env)
     print(f"llm_elastic: unhealthy: {finding.line()}", flush=True)
 
 

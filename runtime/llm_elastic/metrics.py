@@ -101,6 +101,9 @@ class Exporter:
 
     def __init__(self, port: int, labels: dict[str, str]) -> None:
         self._gauges: dict[str, Any] = {}
+        self._skipped: Any = None
+        self._fired: Any = None
+        self._labels: dict[str, str] = {}
         self.port = 0
         if port <= 0:
             return
@@ -131,6 +134,16 @@ class Exporter:
         for name, doc in specs.items():
             gauge = prom.Gauge(f"llm_trainer_{name}", doc, names, registry=registry)
             self._gauges[name] = gauge.labels(**labels)
+        self._labels = labels
+        self._skipped = prom.Counter(
+            "llm_trainer_skipped_steps", "Steps a loss rule dropped on every member", names, registry=registry
+        ).labels(**labels)
+        self._fired = prom.Counter(
+            "llm_trainer_rule_fired",
+            "Loss rules that fired, by rule and action",
+            [*names, "rule", "action"],
+            registry=registry,
+        )
         try:
             prom.start_http_server(port, registry=registry)
             self.port = port
@@ -143,3 +156,13 @@ class Exporter:
             gauge = self._gauges.get(name)
             if gauge is not None:
                 gauge.set(value)
+
+    def step_skipped(self) -> None:
+        """``llm_trainer_skipped_steps_total`` + 1."""
+        if self._skipped is not None:
+            self._skipped.inc()
+
+    def rule_fired(self, rule: str, action: str) -> None:
+        """``llm_trainer_rule_fired_total{rule,action}`` + 1."""
+        if self._fired is not None:
+            self._fired.labels(**self._labels, rule=rule, action=action).inc()

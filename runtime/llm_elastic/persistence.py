@@ -211,23 +211,9 @@ class Persistence:
             dist.broadcast_object_list(choice, src=0)
             candidates = choice[0] or []
         info = candidates[0] if candidates else None
-        if self.snapshots is not None:
-            found = self.snapshots.restore(state.model, state.optims, info.step if info else 0)
-            if found is not None:
-                meta, where, peers = found
-                encoded = meta.get("extras")
-                self.load_extras(base64.b64decode(encoded) if encoded else None)
-                self.restored = RestoreFacts(
-                    self.restored.resumed_from, "memory", self.restored.seconds, peers
-                )
-                log.info("rank %d: snapshot shard from %s", rank, where)
-                progress = Progress(
-                    int(meta["step"]),
-                    float(meta.get("last_loss", math.nan)),
-                    False,
-                    int(meta.get("restarts", 0)),
-                )
-                return progress, int(meta.get("job_process_restarts", 0))
+        from_memory = self._from_snapshot(rank, info.step if info else 0)
+        if from_memory is not None:
+            return from_memory
         if info is None or self.checkpointer is None:
             return None
         loaded: dict[str, Any] | None = None
@@ -249,6 +235,35 @@ class Persistence:
             log.info("every member was new: resumed from checkpoint step-%d", info.step)
         progress = Progress(info.step, float(loaded.get("last_loss", math.nan)), False, restarts)
         return progress, int(loaded.get("job_process_restarts", 0))
+
+    def _from_snapshot(self, rank: int, not_before: int) -> tuple[Progress, int] | None:
+        """Collective: load the newest snapshot every rank can get (>= ``not_before``); None without one."""
+        if self.snapshots is None:
+            return None
+        state = self.session.state
+        found = self.snapshots.restore(state.model, state.optims, not_before)
+        if found is None:
+            return None
+        meta, where, peers = found
+        encoded = meta.get("extras")
+        self.load_extras(base64.b64decode(encoded) if encoded else None)
+        self.restored = RestoreFacts(self.restored.resumed_from, "memory", self.restored.seconds, peers)
+        log.info("rank %d: snapshot shard from %s", rank, where)
+        progress = Progress(
+            int(meta["step"]), float(meta.get("last_loss", math.nan)), False, int(meta.get("restarts", 0))
+        )
+        return progress, int(meta.get("job_process_restarts", 0))
+
+    def rollback(self) -> Progress | None:
+        """Collective (a loss rule's ``rollback``): load the newest in-memory snapshot once any copy in flight
+        ended; None (logged: the step stays skipped) when no snapshot serves every rank."""
+        if self.snapshots is not None:
+            self.snapshots.wait()  # its copy uses the group the restore gathers on
+        found = self._from_snapshot(self.session.rank, 0)
+        if found is None:
+            log.warning("rollback: no in-memory snapshot serves every member yet; the step is skipped only")
+            return None
+        return found[0]
 
 
 def layout_key(session: Elastic) -> str:

@@ -1,6 +1,7 @@
 """What a member reports: the Prometheus gauges (:class:`~llm_elastic.metrics.Exporter`), rank 0's step log
 (:class:`~llm_elastic.metrics.StepLog`) and the JSON event lines on stdout (``waiting``, ``released``,
-``standby``, ``formed``) that tests and benchmarks time recovery by. One :class:`Reporter` per process.
+``standby``, ``formed``) that tests and benchmarks time recovery by, and ``rule-fired`` (a loss rule, on
+every member; the pod's supervisor and the operator read it). One :class:`Reporter` per process.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ import json
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from llm_elastic.config import ElasticConfig
 from llm_elastic.data import ElasticSampler
 from llm_elastic.logs import set_context
+from llm_elastic.loss_rules import Firing
 from llm_elastic.metrics import Exporter, StepLog, last_record, process_start_time
 from llm_elastic.persistence import RestoreFacts
 from llm_elastic.step import Step
@@ -74,6 +77,19 @@ class Reporter:
         """Set gauges by name."""
         self.exporter.update(**values)
 
+    def rule_fired(self, firing: Firing) -> None:
+        """A loss rule fired: its counter and one ``rule-fired`` line (every member prints its own)."""
+        self.exporter.rule_fired(firing.rule, firing.action)
+        self.event(
+            "rule-fired",
+            rule=firing.rule,
+            action=firing.action,
+            step=firing.step,
+            streak=firing.streak,
+            detail=firing.detail,
+            time=time.time(),
+        )
+
     def runs_before(self, rank: int) -> int:
         """Restart mode: runs of this job before this one, from the step log's last record (rank 0)."""
         if rank != 0 or not self.config.step_log:
@@ -89,9 +105,11 @@ class Reporter:
         self.step_seconds += elapsed
         set_context(step=progress.step)
         tokens = step.fields.get("tokens")
+        if step.dropped:
+            self.exporter.step_skipped()
         self.exporter.update(
             step=progress.step,
-            loss=step.loss,
+            loss=progress.last_loss,
             last_step_timestamp_seconds=now,
             world_size=world_size,
             step_time_seconds_sum=self.step_seconds,

@@ -26,9 +26,11 @@ the mode, :mod:`~llm_elastic.commit`, :mod:`~llm_elastic.persistence`, :mod:`~ll
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from datetime import timedelta
 
 import torch
@@ -39,9 +41,11 @@ from llm_elastic.commit import CommitWire, Verdict
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, read_contract
 from llm_elastic.data import ElasticSampler
-from llm_elastic.errors import contract_error
+from llm_elastic.errors import EXIT_RULE_FIRED, contract_error
+from llm_elastic.health import write_termination_message
 from llm_elastic.health_watch import HealthWatch
 from llm_elastic.leave import Leave
+from llm_elastic.loss_rules import ROLLBACK, Firing, LossGuard
 from llm_elastic.modes import World, backend_for, make_mode, pick_device
 from llm_elastic.persistence import Persistence, RestoreFacts, layout_key
 from llm_elastic.reporting import Reporter
@@ -52,6 +56,8 @@ from llm_elastic.transfer import Progress
 from llm_elastic.wrap import DDP, Generation, Wrapped, WrapPolicy
 
 __all__ = ["Elastic", "Step"]
+
+log = logging.getLogger("llm_elastic")
 
 
 class Elastic:
@@ -70,6 +76,7 @@ class Elastic:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.contract = read_contract(env, tuple(modes))
+        self.contract_env = env
         self.config = config.resolved(self.contract)
         problems = self.config.problems()
         if problems:
@@ -89,6 +96,7 @@ class Elastic:
         self.world = World()
         self.wrapped = Wrapped(model, model, self.state.optimizers)
         self.wire = CommitWire(self.device)
+        self.loss_guard = LossGuard(self.config.loss_rules)
         self.left = False
         """Set once this process left the job (:meth:`leave_now`); the periodic health checks stop then."""
         self.job_process_restarts = 0
@@ -168,8 +176,11 @@ class Elastic:
             self._close()
 
     def after_step(self, step: Step) -> None:
-        """The step boundary (collective): the mode acts on the verdict, then the cadence of saves."""
+        """The step boundary (collective): a loss rule's action, the mode acts on the verdict, then the
+        cadence of saves."""
         assert step.verdict is not None
+        if step.firing is not None:
+            self._act_on(step, step.firing)
         if not self.recovery.at_boundary(self, step):
             self.persistence.at_step_end(step.verdict.busy)
 
@@ -180,10 +191,40 @@ class Elastic:
         self.job_process_restarts = verdict.process_restarts
         self.reporter.update(job_process_restarts=self.job_process_restarts)
 
+    def judge_loss(self, verdict: Verdict, step: int) -> Firing | None:
+        """A commit's verdict for the loss rules: the rule that fires (reported here), or None."""
+        firing = self.loss_guard.judge(verdict.nonfinite, step)
+        if firing is not None:
+            self.reporter.rule_fired(firing)
+        return firing
+
+    def _act_on(self, step: Step, firing: Firing) -> None:
+        """At the boundary of a step a loss rule dropped: roll back, or end the program (collective)."""
+        if firing.action == ROLLBACK:
+            restored = self.persistence.rollback()
+            if restored is None:
+                return
+            self.loss_guard.reset()
+            self.progress = restored
+            self.persistence.restored = replace(
+                self.persistence.restored, resumed_from=restored.step, source="memory"
+            )
+            self.recovery.completed(self)
+            self.reporter.event("rolled-back", step=firing.step, to=restored.step, rule=firing.rule)
+            return
+        if firing.ends:
+            line = firing.termination_line()
+            write_termination_message(line, self.contract_env)
+            log.error("%s: ending the program (exit %d)", line, EXIT_RULE_FIRED)
+            raise Leave(EXIT_RULE_FIRED)
+
     def complete(self, step: Step) -> None:
-        """The step ended well: count it, report it."""
+        """The step ended (applied, or dropped by a loss rule): count it, report it."""
         elapsed = time.monotonic() - step.started
-        self.progress = Progress(step.index + 1, step.loss, False, self.progress.restarts)
+        if step.dropped:  # the state is the previous step's: so is its loss
+            step.record(skipped=True)
+        loss = self.progress.last_loss if step.dropped else step.loss
+        self.progress = Progress(step.index + 1, loss, False, self.progress.restarts)
         now = time.time()
         self.reporter.step_metrics(step, self.progress, elapsed, now, self.world_size)
         self.recovery.completed(self)
@@ -203,6 +244,7 @@ class Elastic:
             timedelta(seconds=self.config.live_collective_timeout),
             self.health.wrap_clock,
         )
+        self.loss_guard.reset()  # a streak of broken steps counts within one generation
         self.wrapped = self.wrap_policy.wrap(self.state.model, self.state.optimizers, gen)
         self.state.replace(self.wrapped.base, self.wrapped.optimizers)
         replicated = self.wrapped.shard_size == 1 and self.wrap_policy.elastic

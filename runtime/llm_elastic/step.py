@@ -2,7 +2,8 @@
 
 The step's one collective of the runtime is :meth:`Step.commit` (packed and read by
 :mod:`llm_elastic.commit`); its result is the frozen :attr:`Step.verdict` the session acts on
-at the step boundary.
+at the step boundary. A step is discarded in one place, :meth:`Step.__exit__`: when a peer is lost
+mid-step, and when the members agreed in the commit to drop it (a loss rule, :mod:`llm_elastic.loss_rules`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from torch import nn
 
 from llm_elastic import commit as wire
 from llm_elastic.commit import Signals, Verdict
-from llm_elastic.errors import Evicted, UsageError
+from llm_elastic.errors import Evicted, StepDropped, UsageError
+from llm_elastic.loss_rules import Firing
 
 if TYPE_CHECKING:
     from llm_elastic.session import Elastic
@@ -37,6 +39,10 @@ class Step:
         self.loss = math.nan
         """The committed value (mean over the members unless ``mean=False``)."""
         self.peer_lost = False
+        self.firing: Firing | None = None
+        """The loss rule that fired in this step's commit (None: none)."""
+        self.dropped = False
+        """The members agreed not to apply this step (a loss rule): it counts as skipped."""
         self.verdict: Verdict | None = None
         """What the members agreed on in :meth:`commit` (None before it)."""
         self.evicted: Evicted | None = None
@@ -85,9 +91,12 @@ class Step:
 
     def commit(self, value: torch.Tensor | float = 0.0, *, mean: bool = True) -> float:
         """End the step's collective work: one all-reduce of ``value`` (the loss, say) together with the
-        runtime's flags (membership changed, a member stopping, a snapshot copy busy). Returns the mean of
-        ``value`` over the members (the sum with ``mean=False``). Call it after the backward and before the
-        optimizer's update; once it returns the step is complete on every member."""
+        runtime's flags (membership changed, a member stopping, a snapshot copy busy, a non-finite value).
+        Returns the mean of ``value`` over the members (the sum with ``mean=False``). Call it after the
+        backward and before the optimizer's update; once it returns the step is complete on every member.
+
+        When a loss rule drops the step (``value`` was not finite on some member), it does not return: the
+        code after it in ``with step:`` does not run on any member, and the step counts as skipped."""
         if self.committed:
             raise UsageError("step.commit() was called twice in one step")
         s = self._session
@@ -113,6 +122,9 @@ class Step:
         s.agreed(verdict)
         self.loss = verdict.value
         self.committed = True
+        self.firing = s.judge_loss(verdict, self.index + 1)
+        if self.firing is not None and self.firing.drops:
+            raise StepDropped(f"rule {self.firing.rule!r}: step {self.index + 1} is dropped by every member")
         return self.loss
 
     # -- the context --------------------------------------------------------------------------------------
@@ -134,15 +146,24 @@ class Step:
         if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
             s.leave_now()
             return False
+        if isinstance(exc, StepDropped) and self.firing is not None:
+            self.dropped = True
+            self._discard()
+            s.complete(self)
+            return True
         if s.recovery.peer_lost(exc):
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.warning(
                 "generation %d: a peer is gone during step %d (%s)", s.generation, self.index + 1, first
             )
             self.peer_lost = True
-            s.state.zero_grad()
+            self._discard()
             return True
         # A local failure: leave at once so that the others re-form without waiting for the lease.
         log.error("step %d failed in this process (%s): leaving the job", self.index + 1, type(exc).__name__)
         s.leave_now()
         return False
+
+    def _discard(self) -> None:
+        """Nothing of this step reaches the weights: its gradients go."""
+        self._session.state.zero_grad()

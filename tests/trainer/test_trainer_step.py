@@ -149,8 +149,8 @@ def test_a_step_reads_its_values_back_in_one_transfer(
     with reads:
         assert trainer.train() == 0
     assert reads.reads == 0
-    # One transfer per step: the loss, the four flags (membership changed, stopping, snapshot busy, a
-    # restarted program) and per member its compute time and the job's restart count (one member here).
+    # One transfer per step: the loss, the five flags (non-finite values, membership changed, stopping,
+    # snapshot busy, a restarted program) and per member its compute time and the job's restart count.
     assert transfers == [1 + FLAGS + 2] * 3
     records = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in records] == [1, 2, 3]

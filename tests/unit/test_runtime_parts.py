@@ -26,14 +26,16 @@ def _signals(stopping: bool = False, announced: bool = True) -> Signals:
 
 def test_the_verdict_reads_the_value_flags_times_and_the_jobs_restarts() -> None:
     world = 3
-    # value, changed, stopping members, busy, not-yet-announced restarts, 3 compute times, 3 restart counts
-    values = [6.0, 1.0, 2.0, 0.0, 1.0, 0.5, 0.7, 0.6, 2.0, 1.0, 0.0]
+    # value, non-finite (NaN: some member's value), changed, stopping members, busy,
+    # not-yet-announced restarts, 3 compute times, 3 restart counts
+    values = [6.0, 0.0, 1.0, 2.0, 0.0, 1.0, 0.5, 0.7, 0.6, 2.0, 1.0, 0.0]
     assert len(values) == 1 + FLAGS + 2 * world
     verdict = CommitWire.read(values, _signals(stopping=True), world, mean=True)
     assert verdict.value == 2.0
     assert verdict.changed and verdict.stopping == 2 and verdict.stop_announced and not verdict.busy
     assert verdict.compute_seconds == (0.5, 0.7, 0.6)
     assert verdict.process_restarts == 3  # the highest count any member knows, plus one not yet counted
+    assert not verdict.nonfinite
     assert CommitWire.read(values, _signals(), world, mean=False).value == 6.0
     with pytest.raises(AttributeError):
         verdict.value = 0.0  # type: ignore[misc]  # frozen

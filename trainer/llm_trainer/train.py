@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -42,6 +43,18 @@ log = logging.getLogger(__name__)
 RAISE_AT_STEP_ENV = "LLM_TRAINER_FAULT_RAISE_AT_STEP"
 """Fault injection for tests: a bug in the step (``ValueError``) when step N starts, in this process only
 (a local failure, not a lost peer: recovery layer 2 restarts the process)."""
+NAN_AT_STEPS_ENV = "LLM_TRAINER_FAULT_NAN_AT_STEPS"
+"""Fault injection for tests: comma-separated 1-based steps (``3`` or ``5,6``) whose loss is NaN in this
+process only, each once (a step trained again after a rollback is clean): the backward and the commit carry
+the NaN, as a real overflow would; the job's loss rules (``$LLMJOB_LOSS_RULES``) decide what happens."""
+
+
+def nan_steps(raw: str) -> set[int]:
+    """The steps of ``$LLM_TRAINER_FAULT_NAN_AT_STEPS`` (empty: none)."""
+    try:
+        return {int(part) for part in raw.split(",") if part.strip()}
+    except ValueError:
+        raise ValueError(f"${NAN_AT_STEPS_ENV} must be comma-separated step numbers, got {raw!r}") from None
 
 
 class DataIdentity:
@@ -168,6 +181,7 @@ class Trainer:
             env=env,
         )
         self.autocast_ddp = self.bf16 and isinstance(policy, DDP) and cuda
+        self.nan_due = nan_steps(os.environ.get(NAN_AT_STEPS_ENV, ""))
 
     @property
     def model(self) -> nn.Module:
@@ -218,6 +232,9 @@ class Trainer:
         model, optimizer, device = step.model, step.optimizer, step.device
         # Mean over the whole global batch whatever the world size and accumulation.
         scale = step.world_size / tokens_in_step
+        if step.index + 1 in self.nan_due:
+            self.nan_due.discard(step.index + 1)
+            scale = math.nan
         lr = learning_rate(cfg, step.index)
         for group in optimizer.param_groups:
             group["lr"] = lr
