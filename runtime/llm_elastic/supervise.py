@@ -18,7 +18,8 @@ or fails the job). Without rules the program's output is not touched.
 
 Final answers, passed on without a restart: 0 (done or stopped), 2 (usage), 3 (evicted: the pod is being
 replaced), 4 (no generation formed), 5 (the state is lost: only a job restart helps), 78 (the node is
-unhealthy: the operator replaces the pod elsewhere). SIGTERM and SIGINT go
+unhealthy: the operator replaces the pod elsewhere), 79 (a monitoring rule said restartJob or failJob: the
+operator acts on the job). SIGTERM and SIGINT go
 to the program, and a supervisor that received one never restarts it (nor starts it, if the signal came
 first: it exits 128 + the signal's number). Each restart prints one JSON line
 ``{"event": "process-restarted", ...}`` and sets ``$LLMJOB_PROCESS_RESTARTS`` for the program (its metrics
@@ -45,16 +46,14 @@ from typing import IO
 
 from llm_elastic.cli_errors import ExitOnErrorParser
 from llm_elastic.contract import PROCESS_RESTARTS_ENV
+from llm_elastic.errors import EXIT_RULE_FIRED
 from llm_elastic.health import DEFAULT_TERMINATION_LOG, EXIT_UNHEALTHY, TERMINATION_LOG_ENV
 from llm_elastic.logrules import Firing, LogRules, RuleError
 from llm_elastic.logrules import parse as parse_rules
 
-FINAL = frozenset({0, 2, 3, 4, 5, 78})
-
-
-RULE_EXIT = 79
-"""A log rule ended this worker for restartJob or failJob (or restartWorker past its restarts): the
-termination message says which (``rule-fired: <rule> <action>: <detail>``). replaceNode exits 78."""
+FINAL = frozenset({0, 2, 3, 4, 5, EXIT_UNHEALTHY, EXIT_RULE_FIRED})
+"""Exit codes passed on without a restart: the program's own final answers, including a rule's
+(:data:`EXIT_RULE_FIRED`: restartJob or failJob, from a log rule here or a loss rule in the program)."""
 KILL_GRACE = 10.0
 """Seconds a program stopped by a rule gets after SIGTERM (its process group), before SIGKILL."""
 CHUNK = 1 << 16
@@ -300,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
                 out.event(event)
                 continue
-            return _finish(firing, EXIT_UNHEALTHY if firing.action == "replaceNode" else RULE_EXIT)
+            return _finish(firing, EXIT_UNHEALTHY if firing.action == "replaceNode" else EXIT_RULE_FIRED)
         if stop_signal is not None or not should_restart(code) or restarts >= args.max_restarts:
             return code if code >= 0 else 128 - code
         restarts += 1
