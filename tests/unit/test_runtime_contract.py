@@ -69,8 +69,17 @@ def test_a_wrong_contract_is_one_line_naming_the_variable_and_exit_2(
 
 @pytest.mark.parametrize(
     ("code", "restart"),
-    [(0, False), (2, False), (3, False), (5, False), (78, False), (79, False)]
-    + [(1, True), (76, True), (-9, True)],
+    [
+        (0, False),
+        (2, False),
+        (3, False),
+        (5, False),
+        (78, False),
+        (79, False),
+        (1, True),
+        (76, True),
+        (-9, True),
+    ],
 )
 def test_the_supervisor_restarts_only_failures_of_the_program_itself(code: int, restart: bool) -> None:
     assert should_restart(code) is restart
