@@ -390,3 +390,19 @@ def test_every_pod_logs_the_step_line_a_log_rule_watches(
     assert bool(lines) is logged
     pattern = compile_pattern(str(STEPS["logPattern"]))
     assert all(pattern.search(line.encode()) for line in lines)
+
+
+def test_a_loss_rule_that_ends_every_member_counts_once() -> None:
+    """restartJob from a loss rule: every member exits 79 with the same message, and the workers' counters
+    report it too; the operator counts one firing."""
+    message = "rule-fired: nan restartJob: non-finite loss at step 7"
+    pods = [pod(i, phase="Failed", exit_code=79, finished=NOW - 2, message=message) for i in range(3)]
+    counted = 'llm_trainer_rule_fired_total{rule="nan",action="restartJob"} 1.0'
+    sample = parse_sample(f"llm_trainer_step 7\n{counted}\n")
+    assert sample is not None
+    tracker = ProgressTracker()
+    tracker.record([sample], NOW)
+    live = {"recovery": "inProcess"}
+    p = plan(job(status=RUNNING, failurePolicy=live), pods, NODES, pods, NOW, tracker.progress())
+    assert p.rules_fired == [("nan", "restartJob")] and p.status["rulesFired"] == 1
+    assert len([e for e in p.events if e[1] == RULE_FIRED and e[2].startswith("rule nan fired")]) == 1

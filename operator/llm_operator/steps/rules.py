@@ -9,7 +9,9 @@ one restart); failJob fails the job.
 
 Loss rules fire in the runtime's step commit, in every member at once; the workers count them in
 ``llm_trainer_rule_fired_total{rule,action}``, which the progress probe reads. ``count_worker_rules`` turns
-a rise of those counts (against status.workerRules) into the same Event, metric and status fields.
+a rise of those counts (against status.workerRules) into the same Event, metric and status fields, except
+for restartJob and failJob, which end every member with the same termination message: those count once,
+from the messages.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def record_rule_firings(s: PassState) -> None:
         when = format_time(pod.finished or s.now)
         if firing is not None and (when, pod.name) > mark:
             new.append((when, pod.name, firing))
-    for when, worker, firing in sorted(new, key=lambda item: (item[0], item[1])):
+    for when, worker, firing in _one_per_firing(sorted(new, key=lambda item: (item[0], item[1]))):
         s.rules_fired += 1
         s.last_rule_fired = {
             "rule": firing.rule,
@@ -54,6 +56,24 @@ def record_rule_firings(s: PassState) -> None:
             s.out.delete += [Deletion(p, False, RULE_FIRED) for p, _ in s.active if p.uid not in leaving]
 
 
+def _one_per_firing(new: list[tuple[str, str, RuleFiring]]) -> list[tuple[str, str, RuleFiring]]:
+    """One entry per firing: a loss rule ends every member in the same step, and each writes the same
+    termination message; the first worker of the pass stands for the rest (same rule, action, detail)."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for when, worker, firing in new:
+        key = (firing.rule, firing.action, firing.detail)
+        if key not in seen:
+            seen.add(key)
+            out.append((when, worker, firing))
+    return out
+
+
+ENDING = frozenset({"restartJob", "failJob"})
+"""Actions that end the worker: their firing comes with its termination message (``record_rule_firings``),
+so the workers' counters of them only move the recorded base."""
+
+
 def count_worker_rules(s: PassState) -> None:
     """Firings the workers' metrics report (the runtime's loss rules) since the counts in status.workerRules.
     A count below the recorded one (the probed process started after some firings) is taken as the new
@@ -65,7 +85,7 @@ def count_worker_rules(s: PassState) -> None:
     seen = {(rule, action): count for rule, action, count in latest.rules_fired}
     for (rule, action), count in sorted(seen.items()):
         new = count - recorded.get((rule, action), 0)
-        if new <= 0:
+        if new <= 0 or action in ENDING:
             continue
         s.rules_fired += new
         s.out.rules_fired += [(rule, action)] * new
