@@ -49,6 +49,11 @@ process only, each once (a step trained again after a rollback is clean): the ba
 the NaN, as a real overflow would; the job's loss rules (``$LLMJOB_LOSS_RULES``) decide what happens."""
 
 
+NAN_REPLICA_ENV = "LLM_TRAINER_FAULT_NAN_REPLICA"
+"""With ``$LLM_TRAINER_FAULT_NAN_AT_STEPS``: only the worker of this replica index (``$LLMJOB_REPLICA_INDEX``,
+set by the operator) injects, so a job's env can break one member of many."""
+
+
 def nan_steps(raw: str) -> set[int]:
     """The steps of ``$LLM_TRAINER_FAULT_NAN_AT_STEPS`` (empty: none)."""
     try:
@@ -181,7 +186,9 @@ class Trainer:
             env=env,
         )
         self.autocast_ddp = self.bf16 and isinstance(policy, DDP) and cuda
-        self.nan_due = nan_steps(os.environ.get(NAN_AT_STEPS_ENV, ""))
+        only = os.environ.get(NAN_REPLICA_ENV)
+        mine = only is None or only == os.environ.get("LLMJOB_REPLICA_INDEX")
+        self.nan_due = nan_steps(os.environ.get(NAN_AT_STEPS_ENV, "")) if mine else set()
 
     @property
     def model(self) -> nn.Module:
