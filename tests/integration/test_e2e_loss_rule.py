@@ -1,9 +1,10 @@
 """The loss rule end to end (issue 40): pods run for real, the reference trainer in process on two workers,
 ``spec.monitoring.rules`` with ``loss: nonFinite``: ``skipStep``, and ``rollback`` after 2 breaks in a row.
-The trainer's test-only fault makes the loss of ONE worker (replica 1) NaN at steps 4, 7 and 8: every member drops
-step 4 and step 7 in the same commit, and at step 8 every member loads the snapshot of step 6; training goes
-on in the same processes with every other loss finite, the sample accounting stays exact, and the operator
-reports the firings (Event ``RuleFired``, status.rulesFired, status.lastRuleFired).
+
+The trainer's test-only fault makes the loss of ONE worker (replica 1) NaN at steps 4, 7 and 8. Every member
+drops steps 4 and 7 in the same commit, and at step 8 every member loads the snapshot of step 6. Training
+goes on in the same processes with every other loss finite, the sample accounting stays exact, and the
+operator reports the firings (Event ``RuleFired``, status.rulesFired, status.lastRuleFired).
 """
 
 from __future__ import annotations
