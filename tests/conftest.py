@@ -58,6 +58,19 @@ _guards: dict[str, NodeGuard] = {}  # fixture name -> the phantom-failure guard 
 _supervisors: dict[str, restart.Supervisor] = {}  # fixture name -> what restarts its cluster's components
 
 
+@pytest.fixture
+def one_rank() -> Iterator[None]:
+    """A one-process gloo group, destroyed after the test (torch imported only by the tests that ask)."""
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import HashStore
+
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The session's local cluster (``LocalCluster``: .name, .kubeconfig, .kubectl(...), .tools)."""

@@ -30,19 +30,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def one_rank() -> Iterator[None]:
-    """A one-process gloo group, destroyed after the test."""
-    import torch.distributed as dist
-    from torch._C._distributed_c10d import HashStore
-
-    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.fixture
 def procs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Processes]:
     """A process registry whose processes are all killed after the test; logs are printed on failure."""
     registry = Processes(tmp_path / "logs")

@@ -4,27 +4,14 @@ for receiving with any optimizer, and the program's extras carried through their
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
-import torch.distributed as dist
 from llm_elastic.errors import StateLost
 from llm_elastic.state import TrainState
 from llm_elastic.transfer import Progress, synchronise
 from llm_elastic.wrap import init_optimizer_state
 from llm_trainer.config import model_config
 from llm_trainer.model import Transformer
-from torch._C._distributed_c10d import HashStore
-
-
-@pytest.fixture
-def group() -> Iterator[None]:
-    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def model_and_optimizer() -> tuple[Transformer, torch.optim.Optimizer]:
@@ -33,13 +20,13 @@ def model_and_optimizer() -> tuple[Transformer, torch.optim.Optimizer]:
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
 
 
-def test_new_members_refuse_to_restart_a_job_that_had_trained(group: None) -> None:
+def test_new_members_refuse_to_restart_a_job_that_had_trained(one_rank: None) -> None:
     model, optimizer = model_and_optimizer()
     with pytest.raises(StateLost, match="step 7"):
         synchronise(TrainState(model, optimizer), Progress(0, float("nan"), fresh=True), None, job_step=7)
 
 
-def test_a_new_job_starts_from_rank_0_and_agreeing_members_send_nothing(group: None) -> None:
+def test_a_new_job_starts_from_rank_0_and_agreeing_members_send_nothing(one_rank: None) -> None:
     model, optimizer = model_and_optimizer()
     received: list[int] = []
     state = TrainState(model, optimizer)
@@ -61,7 +48,7 @@ def _train(model: Transformer, optimizer: torch.optim.Optimizer, steps: int) -> 
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def test_a_source_that_never_stepped_sends_no_optimizer_state_and_changes_nothing(group: None) -> None:
+def test_a_source_that_never_stepped_sends_no_optimizer_state_and_changes_nothing(one_rank: None) -> None:
     """A new job's first generation hands the initial weights over; making the optimizer's state for it
     (torch steps once with zero gradients) would shift Adam's bias correction for the whole run."""
     plain_model, plain_optimizer = model_and_optimizer()

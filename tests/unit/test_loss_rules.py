@@ -4,19 +4,16 @@ audit of a step log with skipped steps and a rollback."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from llm_elastic import ElasticConfig, audit, read_contract
 from llm_elastic.commit import FLAGS, CommitWire, Signals
 from llm_elastic.loss_rules import LossGuard, LossRule, choose, parse_loss_rules
 from llm_operator.api.validate import validate
 from llm_operator.builders.worker import rules_env
 from llm_operator.policy.rules import parse_firing
-from torch._C._distributed_c10d import HashStore
 from torch.profiler import ProfilerActivity, profile
 
 from .jobs import manifest
@@ -100,15 +97,6 @@ def test_the_highest_after_reached_fires_and_the_streak_restarts() -> None:
     guard.reset()
     assert guard.judge(True, 7) is not None and guard.streak == 1
     assert LossGuard([LossRule("only-third", "event", 3)]).judge(True, 1) is None  # none reached: applied
-
-
-@pytest.fixture
-def one_rank() -> Iterator[None]:
-    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 2.5])
