@@ -28,9 +28,7 @@ from llm_operator.node_marking import NodeMarker
 from llm_operator.observe import pod_view
 from llm_operator.policy.placement import required_avoidance
 from llm_operator.policy.refusals import (
-    CONDITION as REFUSED,
-)
-from llm_operator.policy.refusals import (
+    CONDITION,
     REFUSED_STATUSES,
     Refusal,
     refusal_condition,
@@ -194,7 +192,7 @@ class PlanApplier:
 
 
 def _refusal_of(status: Mapping[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == REFUSED), None)
+    return next((c for c in status.get("conditions") or [] if c.get("type") == CONDITION), None)
 
 
 def with_refusals(
