@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_testbed.images import space
+from llm_testbed.images.podman import Podman
+from llm_testbed.images.recipe import KEEP_BUILT
 from llm_testbed.localcluster.tools import ensure
 
 from tests.support.images import Containers, entrypoint_flags, make_images, pod_flags
@@ -74,6 +77,23 @@ def test_a_second_make_images_builds_nothing(images: dict[str, str]) -> None:
     assert refs == images
     lines = progress.strip().splitlines()
     assert len(lines) == 1 and "up to date, nothing to build" in lines[0], progress
+
+
+def test_a_new_build_first_removes_older_images_of_its_repository(images: dict[str, str]) -> None:
+    store = Podman.of_cache()
+    repository = "localhost/elastic-llm-operator/room-test"
+    source = images["operator"]
+    for n in range(3):
+        subprocess.run(store.argv("tag", source, f"{repository}:old{n}"), check=True, timeout=60)
+    try:
+        space.make_room(store, repository, need=0)
+        assert len(store.tags(repository)) == KEEP_BUILT - 1
+        space.make_room(store, repository, need=space.free() + 2**50)
+        assert store.tags(repository) == []
+        assert store.image_exists(source), "removing a tag must leave an image other tags still name"
+    finally:
+        for tag in store.tags(repository):
+            store.remove(tag)
 
 
 def test_operator_image_has_a_non_root_user_and_its_entry_point(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from llm_testbed import host_packages
-from llm_testbed.images import base, build, cli, dockerignore, host, podman, recipe, steps, wheelhouse
+from llm_testbed.images import base, build, cli, dockerignore, host, podman, recipe, space, steps, wheelhouse
 from llm_testbed.images.errors import ImageError
 
 from tests.unit.test_dockerfiles import Dockerfile, parse
@@ -307,6 +307,29 @@ def test_a_failed_step_names_itself_its_log_and_the_tail(tmp_path: Path) -> None
     assert message.startswith("trainer image failed (exit 3)")
     assert "at STEP 2/2: RUN y" in message and "boom" in message and str(log) in message
     assert "boom" in log.read_text()
+
+
+def test_a_build_that_ran_out_of_disk_says_where_and_what_to_do(tmp_path: Path) -> None:
+    log = tmp_path / "step.log"
+    script = (
+        "print('STEP 16/16: CMD x'); print('write /opt/venv/x: no space left on device'); raise SystemExit(1)"
+    )
+    with pytest.raises(ImageError) as failure:
+        try:
+            steps.run_step("trainer image", [sys.executable, "-c", script], log, progress=build._podman_step)
+        except ImageError as exc:
+            raise space.explain(exc) from None
+    message = str(failure.value)
+    assert "no space left on device" in message and str(podman.images_root()) in message
+    assert "GiB free now" in message and "LLMJOB_CACHE_DIR" in message
+    other = ImageError("trainer image failed (exit 1): a missing package")
+    assert space.explain(other) is other
+
+
+def test_a_build_wants_room_for_its_wheels_several_times_over(tmp_path: Path) -> None:
+    wheel = tmp_path / "torch.whl"
+    wheel.write_bytes(b"x" * 1000)
+    assert space.wanted([wheel]) == space.ROOM_PER_WHEEL_BYTE * 1000 + space.ROOM_SPARE
 
 
 def test_a_step_reports_progress_and_its_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_testbed.images import base as debian
-from llm_testbed.images import host, wheelhouse
+from llm_testbed.images import host, space, wheelhouse
 from llm_testbed.images.dockerignore import context_files
+from llm_testbed.images.errors import ImageError
 from llm_testbed.images.keys import content_key, file_parts, text_part
 from llm_testbed.images.podman import Podman, images_root, ulimit_flags
 from llm_testbed.images.recipe import (
@@ -128,10 +129,15 @@ def _build(root: Path, podman: Podman, image: ImagePlan) -> None:
     report(f"{name}: the local build leaves out {image.recipe.left_out}")
     wheels = wheelhouse.ensure(root, image.recipe, BASE)
     assert wheels.key == image.wheelhouse_key, "the wheelhouse is the one the key was computed for"
+    space.make_room(podman, image.recipe.repository, space.wanted(wheels.wheels()))
     context = stage_context(root, image, wheels)
     log = images_root() / "logs" / f"build-{name}.log"
-    elapsed = run_step(f"{name} image", build_argv(podman, image, context), log, progress=_podman_step)
-    shutil.rmtree(context, ignore_errors=True)
+    try:
+        elapsed = run_step(f"{name} image", build_argv(podman, image, context), log, progress=_podman_step)
+    except ImageError as exc:
+        raise space.explain(exc) from None
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
     podman.keep_newest(image.recipe.repository, KEEP_BUILT)
     size = podman.size(image.reference) / 2**20
     report(f"{name}: built {image.reference} in {elapsed:.0f}s ({size:.0f} MiB)")
