@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llm_operator.policy.health import HEALTH_SIGNALS
 from llm_operator.policy.nodehealth import parse_failure
+from llm_operator.steps.restarts import spend_restarts
 from llm_operator.steps.state import Deletion, PassState, Verdict
 
 
@@ -36,7 +37,7 @@ def terminal_outcome(s: PassState) -> None:
 
 
 def replace_lost(s: PassState) -> None:
-    """Lost or failed workers are deleted (their indices free up for replacements): a restart,
+    """Lost or failed workers are deleted (their indices free up for replacements): one restart spent,
     unless it would exceed maxRestarts. Workers that only failed a pre-flight health check never were
     members: replacing them is no restart, they count in healthFailures (more than maxRestarts of them
     fail the job, so a check that fails on every node cannot loop for ever)."""
@@ -59,12 +60,9 @@ def replace_lost(s: PassState) -> None:
             s.out.delete.append(Deletion(pod, h.force, h.signal, h.since))
             s.out.lost.append((h.signal, h.since))
         return
-    if s.restarts + 1 > limit:
-        s.finish(
-            "Failed",
-            "MaxRestartsExceeded",
-            f"{len(lost)} worker(s) lost after {s.restarts} restarts (maxRestarts {limit})",
-        )
+    if not spend_restarts(
+        s, refused=f"{len(lost)} worker(s) lost after {s.restarts} restarts (maxRestarts {limit})"
+    ):
         return
     s.replacing = True
     for pod, h in lost:

@@ -8,6 +8,7 @@ from typing import Any
 from llm_operator.observe import parse_time
 from llm_operator.policy import goodput
 from llm_operator.policy.progress import assess_progress
+from llm_operator.steps.restarts import spend_restarts
 from llm_operator.steps.state import TERMINAL, Deletion, PassState
 
 CONDITION = "Stalled"
@@ -52,14 +53,9 @@ def detect_stall(s: PassState) -> None:
             s.extra_conditions.append(_condition(s, "False", "Progressing", "training steps complete"))
         return
     s.extra_conditions.append(_condition(s, "True", "Stalled", verdict.message))
-    if s.restarts + 1 > policy.maxRestarts:
-        s.finish(
-            "Failed",
-            "MaxRestartsExceeded",
-            f"{verdict.message}; {s.restarts} restarts done (maxRestarts {policy.maxRestarts})",
-        )
+    done = f"{verdict.message}; {s.restarts} restarts done (maxRestarts {policy.maxRestarts})"
+    if not spend_restarts(s, refused=done):
         return
-    s.restarts += 1
     s.replacing = True
     s.out.delete += [Deletion(p, False, "Stalled") for p, _ in active]
     s.reason, s.message = "Stalled", f"restarting all workers: {verdict.message}"
