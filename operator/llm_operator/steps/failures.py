@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.health import HEALTH_SIGNALS
 from llm_operator.policy.nodehealth import parse_failure
 from llm_operator.steps.restarts import spend_restarts
@@ -18,7 +19,7 @@ def force_stuck_terminating(s: PassState) -> None:
     """A pod stuck Terminating on a dead node is force-deleted, whatever else happens."""
     for pod, h in s.verdicts:
         if h.state == "terminating" and h.force:
-            s.out.delete.append(Deletion(pod, True, "ForceDeleteStuckTerminating"))
+            s.out.delete.append(Deletion(pod, True, DeletionReason.STUCK_TERMINATING))
 
 
 def terminal_outcome(s: PassState) -> None:
@@ -57,7 +58,7 @@ def replace_lost(s: PassState) -> None:
             )
             return
         for pod, h in preflight:
-            s.out.delete.append(Deletion(pod, h.force, h.signal, h.since))
+            s.out.delete.append(Deletion(pod, h.force, DeletionReason(h.signal), h.since))
             s.out.lost.append((h.signal, h.since))
         return
     if not spend_restarts(
@@ -66,7 +67,7 @@ def replace_lost(s: PassState) -> None:
         return
     s.replacing = True
     for pod, h in lost:
-        s.out.delete.append(Deletion(pod, h.force, h.signal, h.since))
+        s.out.delete.append(Deletion(pod, h.force, DeletionReason(h.signal), h.since))
         s.out.lost.append((h.signal, h.since))
     signals = sorted({h.signal for _, h in lost})
     s.reason = signals[0] if len(signals) == 1 else "WorkersLost"

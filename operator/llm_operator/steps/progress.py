@@ -7,11 +7,12 @@ from typing import Any
 
 from llm_operator.observe import parse_time
 from llm_operator.policy import goodput
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.progress import assess_progress
 from llm_operator.steps.restarts import spend_restarts
 from llm_operator.steps.state import TERMINAL, Deletion, PassState
 
-CONDITION = "Stalled"
+CONDITION = STALLED = DeletionReason.STALLED.value
 
 
 def _condition(s: PassState, status: str, reason: str, message: str) -> dict[str, Any]:
@@ -52,14 +53,14 @@ def detect_stall(s: PassState) -> None:
         if before is not None:
             s.extra_conditions.append(_condition(s, "False", "Progressing", "training steps complete"))
         return
-    s.extra_conditions.append(_condition(s, "True", "Stalled", verdict.message))
+    s.extra_conditions.append(_condition(s, "True", STALLED, verdict.message))
     done = f"{verdict.message}; {s.restarts} restarts done (maxRestarts {policy.maxRestarts})"
     if not spend_restarts(s, refused=done):
         return
     s.replacing = True
-    s.out.delete += [Deletion(p, False, "Stalled") for p, _ in active]
-    s.reason, s.message = "Stalled", f"restarting all workers: {verdict.message}"
-    s.out.events.append(("Warning", "Stalled", s.message))
+    s.out.delete += [Deletion(p, False, DeletionReason.STALLED) for p, _ in active]
+    s.reason, s.message = STALLED, f"restarting all workers: {verdict.message}"
+    s.out.events.append(("Warning", STALLED, s.message))
 
 
 def report_progress(s: PassState) -> None:

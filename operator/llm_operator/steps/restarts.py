@@ -38,7 +38,7 @@ def count_restart(s: PassState) -> None:
     if not s.live or s.out.resize is None or s.replacing:
         return
     if not spend_restarts(s):
-        s.out.delete = [d for d in s.out.delete if d.reason == "ForceDeleteStuckTerminating"]
+        s.out.delete = [d for d in s.out.delete if d.why.unconditional]
 
 
 def count_process_restarts(s: PassState) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from llm_operator.observe import PodView
 from llm_operator.policy.capacity import free_slots
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.resize import INITIAL, SizeInput, decide_size
 from llm_operator.steps.state import Deletion, PassState, Verdict
 
@@ -98,7 +99,7 @@ def scale(s: PassState) -> None:
     total = s.target + s.spares + s.demand
     if len(active) > total:
         for pod in choose_surplus(active, len(active) - total):
-            s.out.delete.append(Deletion(pod, False, "ScaledDown"))
+            s.out.delete.append(Deletion(pod, False, DeletionReason.SCALED_DOWN))
     elif len(active) < total and not s.succeeded:  # a worker exited 0: the run is finishing
         # Every pod object still holds its index (names are unique): never more than
         # maxReplicas + spareReplicas.
