@@ -3,9 +3,8 @@
 Level-based: every handler only records what changed and wakes the affected job's controller;
 the controller recomputes everything from the indexes (so a restarted operator converges). What the
 handlers share is one ``llm_operator.jobs.RunningJobs``, made at start-up and carried in kopf's memo.
-The index and event handlers are ``async`` although they never await: kopf runs a sync handler in a
-thread pool (a hop per event and handler), about 8 % of the operator's time at 1,000 jobs x 8 workers
-(docs/benchmarks.md, "Operator at 1,000 jobs").
+The index and event handlers are ``async`` even where they never await: kopf runs a sync handler in a
+thread pool, one thread hop per event and handler.
 """
 
 from __future__ import annotations

@@ -112,8 +112,8 @@ class RunningJobs:
         self, name: str, health: NodeHealth | None, pods_index: Mapping[Any, Iterable[PodView]]
     ) -> None:
         """Wake the jobs with a worker on the node, always, and when the node gained room every job that
-        is not at its size (it may grow). Waking all 1,000 jobs for every node event put 1,000 passes in
-        front of the one job that lost a worker (docs/benchmarks.md, "Operator at 1,000 jobs")."""
+        is not at its size (it may grow). Never every job: their passes would queue in front of the job
+        that lost a worker."""
         old = self.node_health.get(name)
         if old == health:
             return
