@@ -142,7 +142,7 @@ class PlanApplier:
                 self.expect.expect_created(dataclasses.replace(view, created=now))
             if made:
                 metrics.PODS_CREATED.inc()
-        if any(d.reason == "Stalled" for d in decided.delete):
+        if any(d.why.stall for d in decided.delete):
             metrics.STALLS.inc()
         if decided.resize is not None:
             old, new, _ = decided.resize

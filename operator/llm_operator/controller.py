@@ -87,6 +87,14 @@ class JobController:
         """The last pass found the job Running with every worker and spare it wants (``apply.at_size``):
         a node that comes back need not wake it (``llm_operator.jobs``)."""
 
+    def wake_up(self) -> None:
+        """An event concerns the job: run a pass soon."""
+        self.wake.set()
+
+    def job_deleted(self) -> None:
+        """The job is gone: the loop ends at its next wake-up."""
+        self.deleted = True
+
     def job_from(self, body: Mapping[str, Any]) -> LLMTrainingJob:
         """The job as last seen, with the status this controller decided last, its runtime merged."""
         return self.runtime.job(body, self.status.current(body))
@@ -98,8 +106,11 @@ class JobController:
         nodes: Mapping[Any, Iterable[NodeView]],
         stopped: kopf.DaemonStopped,
         logger: kopf.Logger,
+        workloads: Mapping[Any, Iterable[dict[str, Any]]] | None = None,
     ) -> None:
-        """Reconcile until the daemon is stopped; sleep until woken or a deadline in the plan."""
+        """Reconcile until the daemon is stopped; sleep until woken or a deadline in the plan.
+        ``workloads``: the operator's index of Kueue Workloads (None with Kueue support off)."""
+        self.workloads = workloads
         prober = asyncio.create_task(self.prober.run(body, pods, stopped, lambda: self.deleted, logger))
         try:
             await self._loop(body, pods, nodes, stopped, logger)

@@ -3,7 +3,7 @@
 When the apiserver answers a lagging watch with 410 Gone (or comes back after a restart), kopf lists
 the pods again and re-indexes every pod in the list, but it never drops the ones that were deleted
 during the gap: no DELETED event ever comes for them. A job would count such a ghost as a live worker
-for ever (docs/benchmarks.md, "Operator at 1,000 jobs": 59 jobs stuck Pending).
+for ever, and never replace it.
 
 So each job's controller audits its slice of the index: it notes the uids the index holds, then lists
 its workers with a consistent read; a uid the index held that the list lacks is a pod that is gone (a

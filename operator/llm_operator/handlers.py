@@ -3,9 +3,8 @@
 Level-based: every handler only records what changed and wakes the affected job's controller;
 the controller recomputes everything from the indexes (so a restarted operator converges). What the
 handlers share is one ``llm_operator.jobs.RunningJobs``, made at start-up and carried in kopf's memo.
-The index and event handlers are ``async`` although they never await: kopf runs a sync handler in a
-thread pool (a hop per event and handler), about 8 % of the operator's time at 1,000 jobs x 8 workers
-(docs/benchmarks.md, "Operator at 1,000 jobs").
+The index and event handlers are ``async`` even where they never await: kopf runs a sync handler in a
+thread pool, one thread hop per event and handler.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import kopf
 from llm_operator import labels
 from llm_operator.api.models import GROUP, PLURAL, VERSION
 from llm_operator.builders.workload import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
-from llm_operator.jobs import MEMO_KEY, RunningJobs, node_health, running_jobs
+from llm_operator.jobs import MEMO_KEY, RunningJobs, running_jobs
 from llm_operator.kopf_private import daemon_without_finalizer
 from llm_operator.kube import Kube, connect
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
@@ -62,7 +61,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     """Close our API client."""
     jobs = memo.pop(MEMO_KEY, None)
     if isinstance(jobs, RunningJobs):
-        await jobs.kube.api.close()
+        await jobs.close()
 
 
 @kopf.index("pods", labels=WORKER_LABELS)
@@ -92,17 +91,13 @@ async def pod_changed(
 
 @kopf.on.event("nodes")
 async def node_changed(
-    body: kopf.Body, name: str, type: str, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
+    body: kopf.Body, type: str, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
 ) -> None:
-    """A node's health, taints or schedulability changed (not a heartbeat): with node marking on, first
-    mark or unmark it for its platform conditions (``NodeMarker.follow_conditions``), then wake the jobs it
-    concerns (``RunningJobs.node_changed``); every job still passes every 30 s."""
+    """A node changed: ``RunningJobs.node_event`` marks it and wakes the jobs it concerns; every job
+    still passes every 30 s."""
     jobs = running_jobs(memo)
     view = node_view(dict(body), jobs.settings.node_conditions)
-    health = node_health(view, deleted=type == "DELETED")
-    if health is not None and jobs.node_health.get(name) != health:
-        await jobs.marker.follow_conditions(view, jobs.settings.node_conditions.keys(), logger)
-    jobs.node_changed(name, health, kwargs["worker_pods"])
+    await jobs.node_event(view, type == "DELETED", kwargs["worker_pods"], logger)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -128,8 +123,7 @@ async def run_job(
     try:
         pods = jobs.live(kwargs["worker_pods"])
         node_index: kopf.Index[str, NodeView] = kwargs["nodes"]
-        controller.workloads = kwargs.get("kueue_workloads")
-        await controller.run(body, pods, node_index, stopped, logger)
+        await controller.run(body, pods, node_index, stopped, logger, kwargs.get("kueue_workloads"))
     finally:
         jobs.stop(key, controller)
 

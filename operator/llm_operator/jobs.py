@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import kopf
+
 from llm_operator import metrics
 from llm_operator.controller import JobController
 from llm_operator.ghosts import Ghosts, LiveWorkers
@@ -81,22 +83,37 @@ class RunningJobs:
     def wake(self, key: JobKey) -> None:
         controller = self.controllers.get(key)
         if controller is not None:
-            controller.wake.set()
+            controller.wake_up()
 
     def pod_changed(self, key: JobKey, listed: bool) -> None:
         """A worker changed: wake its job. A pod from a listing (kopf re-listed after a watch gap) wakes
         every job once per listing, to audit the index for pods deleted in the gap."""
         if listed and self.ghosts.note_listed():
             for other in list(self.controllers.values()):
-                other.wake.set()
+                other.wake_up()
         self.wake(key)
+
+    async def node_event(
+        self, view: NodeView, deleted: bool, pods_index: Mapping[Any, Iterable[PodView]], logger: kopf.Logger
+    ) -> None:
+        """A node changed (heartbeats change nothing here): with node marking on, first mark or unmark it
+        for its platform conditions (``NodeMarker.follow_conditions``), then wake the jobs it concerns
+        (:meth:`node_changed`)."""
+        health = node_health(view, deleted)
+        if health is not None and self.node_health.get(view.name) != health:
+            await self.marker.follow_conditions(view, self.settings.node_conditions.keys(), logger)
+        self.node_changed(view.name, health, pods_index)
+
+    async def close(self) -> None:
+        """Close the API client (the operator stops)."""
+        await self.kube.api.close()
 
     def node_changed(
         self, name: str, health: NodeHealth | None, pods_index: Mapping[Any, Iterable[PodView]]
     ) -> None:
         """Wake the jobs with a worker on the node, always, and when the node gained room every job that
-        is not at its size (it may grow). Waking all 1,000 jobs for every node event put 1,000 passes in
-        front of the one job that lost a worker (docs/benchmarks.md, "Operator at 1,000 jobs")."""
+        is not at its size (it may grow). Never every job: their passes would queue in front of the job
+        that lost a worker."""
         old = self.node_health.get(name)
         if old == health:
             return
@@ -108,7 +125,7 @@ class RunningJobs:
         on_node = {key for key, views in self.live(pods_index).items() if any(v.node == name for v in views)}
         for key, controller in list(self.controllers.items()):
             if key in on_node or (improved and not controller.at_size):
-                controller.wake.set()
+                controller.wake_up()
 
     def job_changed(self, key: JobKey, deleted: bool) -> None:
         """Spec or scale changed: wake the job's controller. Deleted: end its loop (no finalizer; the
@@ -117,7 +134,7 @@ class RunningJobs:
             metrics.forget_job(*key)
             controller = self.controllers.get(key)
             if controller is not None:
-                controller.deleted = True
+                controller.job_deleted()
         self.wake(key)
 
 

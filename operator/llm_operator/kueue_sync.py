@@ -27,8 +27,9 @@ from llm_operator.builders.workload import (
     workload_name,
 )
 from llm_operator.kube import MERGE_PATCH, Kube, KubeError
-from llm_operator.observe import PodView, format_time
+from llm_operator.observe import PodView
 from llm_operator.policy.admission import QUEUED, Admission, flavor_placement, read
+from llm_operator.policy.status import MESSAGE_LIMIT, condition, set_condition
 
 TERMINAL = ("Succeeded", "Failed")
 NOT_INSTALLED = (
@@ -37,46 +38,21 @@ NOT_INSTALLED = (
 )
 
 
-def _condition(
-    ctype: str, status: bool, reason: str, message: str, generation: int, now: str
-) -> dict[str, Any]:
-    return {
-        "type": ctype,
-        "status": "True" if status else "False",
-        "reason": reason,
-        "message": message[:32768],
-        "observedGeneration": generation,
-        "lastTransitionTime": now,
-    }
-
-
-def _set(conditions: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, Any]]:
-    """Replace the condition of the same type; keep lastTransitionTime when its status did not change."""
-    out = []
-    for cond in conditions:
-        if cond.get("type") == new["type"]:
-            if cond.get("status") == new["status"]:
-                new = {**new, "lastTransitionTime": cond.get("lastTransitionTime", new["lastTransitionTime"])}
-            continue
-        out.append(cond)
-    return [*out, new]
-
-
 def released(
     workload_body: Mapping[str, Any], evicted_reason: str, message: str, now: float
 ) -> dict[str, Any]:
     """The status patch that hands an evicted Workload back to Kueue's queue (admission cleared)."""
     status = workload_body.get("status") or {}
     generation = int((workload_body.get("metadata") or {}).get("generation") or 0)
-    stamp = format_time(now)
+    message = message[:MESSAGE_LIMIT]
     conditions = list(status.get("conditions") or [])
     requeue = evicted_reason in ("Preempted", "NodeFailures")
-    conditions = _set(conditions, _condition("Requeued", requeue, evicted_reason, message, generation, stamp))
-    conditions = _set(conditions, _condition("QuotaReserved", False, "Pending", message, generation, stamp))
-    conditions = _set(
-        conditions,
-        _condition("Admitted", False, "NoReservation", "The workload has no reservation", generation, stamp),
-    )
+    for cond in (
+        condition("Requeued", requeue, evicted_reason, message, generation),
+        condition("QuotaReserved", False, "Pending", message, generation),
+        condition("Admitted", False, "NoReservation", "The workload has no reservation", generation),
+    ):
+        conditions = set_condition(conditions, cond, now)
     return {
         "metadata": {"resourceVersion": (workload_body.get("metadata") or {}).get("resourceVersion")},
         "status": {"admission": None, "conditions": conditions},
@@ -87,10 +63,10 @@ def finished(workload_body: Mapping[str, Any], phase: str, message: str, now: fl
     """The status patch that marks a Workload Finished (Kueue then releases its quota)."""
     status = workload_body.get("status") or {}
     generation = int((workload_body.get("metadata") or {}).get("generation") or 0)
-    cond = _condition("Finished", True, phase, message or f"job {phase}", generation, format_time(now))
+    cond = condition("Finished", True, phase, (message or f"job {phase}")[:MESSAGE_LIMIT], generation)
     return {
         "metadata": {"resourceVersion": (workload_body.get("metadata") or {}).get("resourceVersion")},
-        "status": {"conditions": _set(list(status.get("conditions") or []), cond)},
+        "status": {"conditions": set_condition(list(status.get("conditions") or []), cond, now)},
     }
 
 

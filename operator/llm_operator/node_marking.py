@@ -6,7 +6,7 @@ With marking on, a node that a platform condition reports unhealthy (``Settings.
 marked the same way, with the condition's type as the value, and unmarked by the operator once no
 watched condition fails any more (docs/decisions.md, K5): Karpenter then sees a taint it can reason about
 and launches a node for the displaced worker. A mark from a health check (exit 78) stays until a person
-removes it, as before."""
+removes it."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | non-retryable exit fails, exit 0 succeeds | ``steps.failures.terminal_outcome`` |
 | lost/failed workers replaced (or maxRestarts) | ``steps.failures.replace_lost`` |
 | target size: user, shrink, grow back | ``steps.sizing.resize`` |
-| restart counter and maxRestarts | ``steps.sizing.count_restart`` |
-| programs restarted in their pods count too | ``steps.sizing.count_process_restarts`` |
+| a resize is a restart (maxRestarts: ``steps.restarts``) | ``steps.restarts.count_restart`` |
+| programs restarted in their pods count too | ``steps.restarts.count_process_restarts`` |
 | scale up/down to the target | ``steps.sizing.scale`` |
 | below minReplicas for too long | ``steps.below_min.below_min`` |
 | no training step for too long (hang) | ``steps.progress.detect_stall`` |
@@ -54,8 +54,9 @@ from llm_operator.steps.membership import report_members
 from llm_operator.steps.nodehealth import record_unhealthy, straggler_condition
 from llm_operator.steps.placement import observe_nodes, renew_stale_avoidance
 from llm_operator.steps.progress import detect_stall, report_progress
+from llm_operator.steps.restarts import count_process_restarts, count_restart
 from llm_operator.steps.rules import count_worker_rules, record_rule_firings
-from llm_operator.steps.sizing import count_process_restarts, count_restart, resize, scale
+from llm_operator.steps.sizing import resize, scale
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
 from llm_operator.steps.storage import checkpoint_sharing

@@ -19,10 +19,9 @@ from llm_operator.api.models import API_VERSION, CLUSTER_RUNTIME_KIND, KIND, LLM
 from llm_operator.api.runtime import describe, merge, ref_of
 from llm_operator.api.validate import validate
 from llm_operator.kube import Kube
-from llm_operator.policy.status import merge_conditions
+from llm_operator.policy.status import MESSAGE_LIMIT, condition, set_condition
 
 RUNTIME_CONDITION = "RuntimeResolved"
-MESSAGE_LIMIT = 32768
 
 
 @dataclass(frozen=True)
@@ -40,22 +39,14 @@ def unresolved_status(
     the phase kept (Pending for a new job)."""
     message = problem.message[:MESSAGE_LIMIT]
     old = list(status.get("conditions") or [])
-    condition = {
-        "type": RUNTIME_CONDITION,
-        "status": "False",
-        "reason": problem.reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
     return {
         "phase": status.get("phase") or "Pending",
         "reason": problem.reason,
         "message": message,
         "observedGeneration": generation,
-        "conditions": [
-            *(c for c in old if c.get("type") != RUNTIME_CONDITION),
-            *merge_conditions(old, [condition], now),
-        ],
+        "conditions": set_condition(
+            old, condition(RUNTIME_CONDITION, False, problem.reason, message, generation), now
+        ),
     }
 
 

@@ -1,4 +1,4 @@
-"""A job's status: what its controller decided last, and the one place that writes it (STYLE 5).
+"""A job's status: what its controller decided last, and the one place that writes it.
 
 Every status write of a job goes through :meth:`StatusWriter.write`: the record of a pass
 (``llm_operator.apply`` carried it out) and the RuntimeResolved=False record of a pass that could not

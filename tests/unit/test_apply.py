@@ -13,6 +13,7 @@ from llm_operator.expectations import Expectations
 from llm_operator.kueue_sync import KueueSync
 from llm_operator.live_evict import LiveEvictor
 from llm_operator.node_marking import NodeMarker
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.reconcile import Deletion, Plan
 
 from .fake_kube import FakeKube, record_events
@@ -39,11 +40,11 @@ def test_at_size(status: dict[str, Any], spares: int, expected: bool) -> None:
 
 def test_the_events_of_a_plan_name_created_and_deleted_workers() -> None:
     decided = Plan(attempt=2, events=[("Normal", "PhaseRunning", "Pending -> Running")])
-    decided.delete = [Deletion(pod(1), force=True, reason="NodeLost")]
+    decided.delete = [Deletion(pod(1), force=True, why=DeletionReason.NODE_NOT_READY)]
     assert plan_events(decided, ["llama-worker-1"]) == [
         ("Normal", "PhaseRunning", "Pending -> Running"),
         ("Normal", "CreatedWorkers", "created llama-worker-1 (attempt 2)"),
-        ("Normal", "DeletedWorkers", "deleted llama-worker-1 (NodeLost, force)"),
+        ("Normal", "DeletedWorkers", "deleted llama-worker-1 (NodeNotReady, force)"),
     ]
     assert plan_events(Plan(), []) == []
 
@@ -75,7 +76,9 @@ def test_members_leave_before_the_pods_go_and_the_index_lag_is_covered(
     monkeypatch.setattr(kube, "delete_pod", delete_pod)
     the_job = job(rendezvous={"backend": "etcd-v3", "endpoint": "etcd:2379"})
     lost = pod(1, uid="old-1")
-    decided = Plan(create=[1], attempt=1, delete=[Deletion(lost, force=True, reason="NodeLost")])
+    decided = Plan(
+        create=[1], attempt=1, delete=[Deletion(lost, force=True, why=DeletionReason.NODE_NOT_READY)]
+    )
     decided.evict = [lost.name]
     decided.unhealthy = [("node-1", "gpu")]
     parts = applier(kube, mark=True)

@@ -123,6 +123,7 @@ def test_handlers_reach_the_start_up_object_through_their_memo_copies(
     """kopf gives each object's handlers a shallow copy of the operator's memo (kopf's inventory)."""
     import asyncio
     import copy
+    import logging
 
     import kopf
     from llm_operator import handlers
@@ -142,6 +143,17 @@ def test_handlers_reach_the_start_up_object_through_their_memo_copies(
     )
     asyncio.run(handlers.pod_changed(body=body, namespace="ns", type="MODIFIED", memo=copy.copy(memo)))
     assert woken(jobs) == {A}
+    ready = {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    asyncio.run(
+        handlers.node_changed(
+            body=kopf.Body(ready),
+            type="ADDED",
+            memo=copy.copy(memo),
+            logger=logging.getLogger("test"),
+            worker_pods={A: [pod(0, node="n1")]},
+        )
+    )
+    assert woken(jobs) == {A} and jobs.node_health["n1"] == (True, False, ())
     asyncio.run(handlers.job_changed(namespace="ns", name="a", type="DELETED", memo=copy.copy(memo)))
     assert jobs.controllers[A].deleted
     asyncio.run(handlers.cleanup(memo=memo))

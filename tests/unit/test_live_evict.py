@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from llm_operator import live_evict
 from llm_operator.live_evict import LiveEvictor, deleterange_body, member_range
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.reconcile import plan
 from llm_operator.steps.live import evict_live_members
 from llm_operator.steps.state import Deletion
@@ -26,12 +27,12 @@ def test_failed_and_lost_workers_are_evicted_graceful_deletions_are_not() -> Non
     s = state(**LIVE)
     workers = [pod(i) for i in range(6)]
     s.out.delete = [
-        Deletion(workers[0], True, "NodeNotReady"),
-        Deletion(workers[1], False, "PodFailed"),
-        Deletion(workers[2], False, "Stalled"),
-        Deletion(workers[3], False, "NodeTerminating"),  # SIGTERM: it leaves at a step boundary
-        Deletion(workers[4], False, "ScaledDown"),
-        Deletion(workers[5], False, "Suspended"),
+        Deletion(workers[0], True, DeletionReason.NODE_NOT_READY),
+        Deletion(workers[1], False, DeletionReason.POD_FAILED),
+        Deletion(workers[2], False, DeletionReason.STALLED),
+        Deletion(workers[3], False, DeletionReason.NODE_TERMINATING),  # SIGTERM: it leaves at a step boundary
+        Deletion(workers[4], False, DeletionReason.SCALED_DOWN),
+        Deletion(workers[5], False, DeletionReason.SUSPENDED),
     ]
     evict_live_members(s)
     assert s.out.evict == ["llama-worker-0", "llama-worker-1", "llama-worker-2"]
@@ -39,7 +40,7 @@ def test_failed_and_lost_workers_are_evicted_graceful_deletions_are_not() -> Non
 
 def test_restart_jobs_never_evict() -> None:
     s = state()
-    s.out.delete = [Deletion(pod(0), True, "NodeNotReady")]
+    s.out.delete = [Deletion(pod(0), True, DeletionReason.NODE_NOT_READY)]
     evict_live_members(s)
     assert s.out.evict == []
 

@@ -10,7 +10,8 @@ from llm_operator.reconcile import STEPS
 from llm_operator.steps.below_min import below_min
 from llm_operator.steps.failures import replace_lost, terminal_outcome
 from llm_operator.steps.finish import finish
-from llm_operator.steps.sizing import choose_surplus, count_process_restarts, count_restart, scale
+from llm_operator.steps.restarts import count_process_restarts, count_restart
+from llm_operator.steps.sizing import choose_surplus, scale
 from llm_operator.steps.state import PassState
 from llm_operator.steps.suspend import suspend
 
@@ -76,13 +77,26 @@ def test_programs_restarted_past_max_restarts_fail_the_job() -> None:
     assert s.terminal_phase == "Failed" and s.reason == "MaxRestartsExceeded"
 
 
-def test_count_restart_only_when_replacing_or_resizing() -> None:
+def test_one_restart_per_pass_whether_replacing_or_resizing() -> None:
     s = state()
     count_restart(s)
     assert s.restarts == 0
-    s.replacing = True
+    s.out.resize = (4, 3, "ShrinkToCapacity")
     count_restart(s)
-    assert s.restarts == 1
+    assert s.restarts == 1, "a resize is a restart"
+    lost = state([pod(0, phase="Failed", exit_code=1, ready=False), pod(1)])
+    replace_lost(lost)
+    lost.out.resize = (2, 1, "ShrinkToCapacity")
+    count_restart(lost)
+    assert (lost.restarts, lost.replacing) == (1, True), "the replacement spent the pass's one restart"
+
+
+def test_a_resize_past_max_restarts_fails_the_job_and_counts_it() -> None:
+    s = state(status={"restarts": 2}, failurePolicy={"maxRestarts": 2})
+    s.out.resize = (4, 3, "ShrinkToCapacity")
+    count_restart(s)
+    assert (s.terminal_phase, s.reason, s.restarts) == ("Failed", "MaxRestartsExceeded", 3)
+    assert s.message == "restart 3 exceeds maxRestarts 2"
 
 
 def test_scale_sets_attempt_and_fills_free_indices() -> None:

@@ -370,7 +370,7 @@ def worker_pod(
         extra[labels.POD_GROUP_LABEL] = job.metadata.name
     volumes, mounts = _volumes(job)
     wrapper = launcher(job)
-    # Under a launcher the user's command becomes its arguments (as before inProcess existed).
+    # Under a launcher the user's command becomes its arguments.
     command = wrapper or list(job.spec.command)
     args = [*job.spec.command, *job.spec.args] if wrapper else list(job.spec.args)
     container: dict[str, Any] = {

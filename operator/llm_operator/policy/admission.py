@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llm_operator.builders.workload import PODSET
+from llm_operator.policy.status import condition as status_condition
 
 State = Literal["Queued", "Admitted", "Evicted", "Finished"]
 PREEMPTED = "Preempted"
@@ -119,10 +120,4 @@ def condition(admission: Admission, generation: int) -> dict[str, Any]:
     reason = admission.reason if admission.state != "Admitted" else "Admitted"
     if admission.state == "Evicted":
         reason = PREEMPTED if admission.preempted else "Evicted"
-    return {
-        "type": "Admitted",
-        "status": "True" if admission.admitted else "False",
-        "reason": reason,
-        "message": admission.message,
-        "observedGeneration": generation,
-    }
+    return status_condition("Admitted", admission.admitted, reason, admission.message, generation)

@@ -47,8 +47,13 @@ def decide_phase(p: PhaseInput) -> str:
     return "Scaling"
 
 
+MESSAGE_LIMIT = 32768
+"""The longest message a metav1.Condition may carry (Kueue's Workload conditions enforce it)."""
+
+
 def condition(ctype: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
-    """One status condition (``lastTransitionTime`` is added by :func:`merge_conditions`)."""
+    """One status condition, the only builder of one (``lastTransitionTime`` is added by
+    :func:`merge_conditions` or :func:`set_condition`)."""
     return {
         "type": ctype,
         "status": "True" if ok else "False",
@@ -109,6 +114,12 @@ def capacity_condition(waiting: int, target: int, desired: int, generation: int)
         " one starts",
         generation,
     )
+
+
+def set_condition(old: list[dict[str, Any]], new: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    """``old`` with ``new`` in place of the condition of its type (moved last), stamped as
+    :func:`merge_conditions` stamps it."""
+    return [*(c for c in old if c.get("type") != new["type"]), *merge_conditions(old, [new], now)]
 
 
 def merge_conditions(

@@ -8,6 +8,7 @@ also a condition (``Admitted``) with an Event whenever it changes.
 from __future__ import annotations
 
 from llm_operator.policy.admission import condition
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.steps.state import Deletion, PassState
 
 
@@ -15,7 +16,9 @@ def hold_until_admitted(s: PassState) -> None:
     """Not admitted (queued, evicted or preempted): stop every worker gracefully, size 0."""
     if not s.gated or s.admission is None or s.job.spec.suspend or s.terminal_phase is not None:
         return
-    s.out.delete += [Deletion(p, False, s.admission.reason) for p, _ in s.active + s.lost]
+    s.out.delete += [
+        Deletion(p, False, DeletionReason.NOT_ADMITTED, said=s.admission.reason) for p, _ in s.active + s.lost
+    ]
     s.target, s.reason, s.message = 0, s.admission.reason, s.admission.message
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.health import HEALTH_SIGNALS
 from llm_operator.policy.nodehealth import parse_failure
+from llm_operator.steps.restarts import spend_restarts
 from llm_operator.steps.state import Deletion, PassState, Verdict
 
 
@@ -17,7 +19,7 @@ def force_stuck_terminating(s: PassState) -> None:
     """A pod stuck Terminating on a dead node is force-deleted, whatever else happens."""
     for pod, h in s.verdicts:
         if h.state == "terminating" and h.force:
-            s.out.delete.append(Deletion(pod, True, "ForceDeleteStuckTerminating"))
+            s.out.delete.append(Deletion(pod, True, DeletionReason.STUCK_TERMINATING))
 
 
 def terminal_outcome(s: PassState) -> None:
@@ -36,7 +38,7 @@ def terminal_outcome(s: PassState) -> None:
 
 
 def replace_lost(s: PassState) -> None:
-    """Lost or failed workers are deleted (their indices free up for replacements): a restart,
+    """Lost or failed workers are deleted (their indices free up for replacements): one restart spent,
     unless it would exceed maxRestarts. Workers that only failed a pre-flight health check never were
     members: replacing them is no restart, they count in healthFailures (more than maxRestarts of them
     fail the job, so a check that fails on every node cannot loop for ever)."""
@@ -56,19 +58,16 @@ def replace_lost(s: PassState) -> None:
             )
             return
         for pod, h in preflight:
-            s.out.delete.append(Deletion(pod, h.force, h.signal, h.since))
+            s.out.delete.append(Deletion(pod, h.force, DeletionReason(h.signal), h.since))
             s.out.lost.append((h.signal, h.since))
         return
-    if s.restarts + 1 > limit:
-        s.finish(
-            "Failed",
-            "MaxRestartsExceeded",
-            f"{len(lost)} worker(s) lost after {s.restarts} restarts (maxRestarts {limit})",
-        )
+    if not spend_restarts(
+        s, refused=f"{len(lost)} worker(s) lost after {s.restarts} restarts (maxRestarts {limit})"
+    ):
         return
     s.replacing = True
     for pod, h in lost:
-        s.out.delete.append(Deletion(pod, h.force, h.signal, h.since))
+        s.out.delete.append(Deletion(pod, h.force, DeletionReason(h.signal), h.since))
         s.out.lost.append((h.signal, h.since))
     signals = sorted({h.signal for _, h in lost})
     s.reason = signals[0] if len(signals) == 1 else "WorkersLost"

@@ -8,11 +8,10 @@ a pre-flight failure there costs no restart, docs/decisions.md H3).
 
 from __future__ import annotations
 
-from typing import Any
-
 from llm_operator.observe import format_time
 from llm_operator.policy.health import HEALTH_SIGNALS
 from llm_operator.policy.nodehealth import STRAGGLER, parse_failure, record, unhealthy_names
+from llm_operator.policy.status import condition
 from llm_operator.steps.state import PassState
 
 CONDITION = "Straggler"
@@ -40,24 +39,15 @@ def record_unhealthy(s: PassState) -> None:
         s.out.avoid_nodes = tuple(sorted({*s.out.avoid_nodes, *unhealthy_names(s.unhealthy_nodes)}))
 
 
-def _condition(s: PassState, status: str, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "type": CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": s.job.metadata.generation,
-    }
-
-
 def straggler_condition(s: PassState) -> None:
     """Straggler=True while a straggler's replacement is on its way; False once the job runs at its full
     size again. Absent until the first straggler."""
     found = [node for node, check in s.out.unhealthy if check == STRAGGLER]
     before = next((c for c in s.job.status.conditions if c.type == CONDITION), None)
+    generation = s.job.metadata.generation
     if found:
         message = f"straggler on node {', '.join(found)}: replacing its worker"
-        s.extra_conditions.append(_condition(s, "True", "StragglerFound", message))
+        s.extra_conditions.append(condition(CONDITION, True, "StragglerFound", message, generation))
         return
     if before is None:
         return
@@ -69,6 +59,10 @@ def straggler_condition(s: PassState) -> None:
         and all(h.state == "healthy" and p.phase == "Running" for p, h in active)
     )
     if before.status == "True" and (settled or not s.live):
-        s.extra_conditions.append(_condition(s, "False", "Replaced", "the straggler's worker was replaced"))
+        s.extra_conditions.append(
+            condition(CONDITION, False, "Replaced", "the straggler's worker was replaced", generation)
+        )
     else:
-        s.extra_conditions.append(_condition(s, before.status, before.reason, before.message))
+        s.extra_conditions.append(
+            condition(CONDITION, before.status == "True", before.reason, before.message, generation)
+        )

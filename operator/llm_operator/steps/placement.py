@@ -3,11 +3,12 @@ whose avoidance went stale."""
 
 from __future__ import annotations
 
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.health import NODE_DELETED
 from llm_operator.policy.placement import needs_term, nodes_to_avoid, stale_avoidance
 from llm_operator.steps.state import Deletion, PassState
 
-AVOIDED_NODE_USABLE = "AvoidedNodeUsable"
+AVOIDED_NODE_USABLE = DeletionReason.AVOIDED_NODE_USABLE.value
 
 
 def observe_nodes(s: PassState) -> None:
@@ -34,7 +35,7 @@ def renew_stale_avoidance(s: PassState) -> None:
         if not usable:
             continue
         s.renewing.add(pod.name)
-        s.out.delete.append(Deletion(pod, False, AVOIDED_NODE_USABLE))
+        s.out.delete.append(Deletion(pod, False, DeletionReason.AVOIDED_NODE_USABLE))
         s.out.events.append(
             (
                 "Normal",

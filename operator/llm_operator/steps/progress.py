@@ -3,30 +3,21 @@ and ``status.progress`` (training progress and goodput, ``llm_operator.policy.go
 
 from __future__ import annotations
 
-from typing import Any
-
 from llm_operator.observe import parse_time
 from llm_operator.policy import goodput
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.progress import assess_progress
+from llm_operator.policy.status import condition
+from llm_operator.steps.restarts import spend_restarts
 from llm_operator.steps.state import TERMINAL, Deletion, PassState
 
-CONDITION = "Stalled"
-
-
-def _condition(s: PassState, status: str, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "type": CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": s.job.metadata.generation,
-    }
+CONDITION = STALLED = DeletionReason.STALLED.value
 
 
 def detect_stall(s: PassState) -> None:
     """When every worker runs and nothing else changes this pass, a job with no completed step for
     progressTimeoutSeconds (progressStartupSeconds after a start) restarts all its workers."""
-    policy = s.job.spec.failurePolicy
+    policy, generation = s.job.spec.failurePolicy, s.job.metadata.generation
     before = s.had_condition(CONDITION)
     if policy.progressTimeoutSeconds <= 0:
         return  # off: the condition (if any) is dropped
@@ -40,7 +31,9 @@ def detect_stall(s: PassState) -> None:
     if not steady:
         if before is not None:  # keep what was said until the workers run again
             old = next(c for c in s.job.status.conditions if c.type == CONDITION)
-            s.extra_conditions.append(_condition(s, old.status, old.reason, old.message))
+            s.extra_conditions.append(
+                condition(CONDITION, old.status == "True", old.reason, old.message, generation)
+            )
         return
     started = max((p.started or p.created) for p, _ in active)
     verdict = assess_progress(
@@ -49,21 +42,18 @@ def detect_stall(s: PassState) -> None:
     if not verdict.stalled:
         s.out.wake_at(verdict.deadline)
         if before is not None:
-            s.extra_conditions.append(_condition(s, "False", "Progressing", "training steps complete"))
+            s.extra_conditions.append(
+                condition(CONDITION, False, "Progressing", "training steps complete", generation)
+            )
         return
-    s.extra_conditions.append(_condition(s, "True", "Stalled", verdict.message))
-    if s.restarts + 1 > policy.maxRestarts:
-        s.finish(
-            "Failed",
-            "MaxRestartsExceeded",
-            f"{verdict.message}; {s.restarts} restarts done (maxRestarts {policy.maxRestarts})",
-        )
+    s.extra_conditions.append(condition(CONDITION, True, STALLED, verdict.message, generation))
+    done = f"{verdict.message}; {s.restarts} restarts done (maxRestarts {policy.maxRestarts})"
+    if not spend_restarts(s, refused=done):
         return
-    s.restarts += 1
     s.replacing = True
-    s.out.delete += [Deletion(p, False, "Stalled") for p, _ in active]
-    s.reason, s.message = "Stalled", f"restarting all workers: {verdict.message}"
-    s.out.events.append(("Warning", "Stalled", s.message))
+    s.out.delete += [Deletion(p, False, DeletionReason.STALLED) for p, _ in active]
+    s.reason, s.message = STALLED, f"restarting all workers: {verdict.message}"
+    s.out.events.append(("Warning", STALLED, s.message))
 
 
 def report_progress(s: PassState) -> None:

@@ -17,6 +17,7 @@ from the messages.
 from __future__ import annotations
 
 from llm_operator.observe import format_time
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.exits import HEALTH_EXIT_CODE
 from llm_operator.policy.health import RULE_FIRED
 from llm_operator.policy.rules import RULE_EXIT_CODE, RuleFiring, parse_firing
@@ -53,7 +54,9 @@ def record_rule_firings(s: PassState) -> None:
             s.finish("Failed", RULE_FIRED, message)
         elif firing.action == "restartJob" and s.live:
             leaving = {d.pod.uid for d in s.out.delete}
-            s.out.delete += [Deletion(p, False, RULE_FIRED) for p, _ in s.active if p.uid not in leaving]
+            s.out.delete += [
+                Deletion(p, False, DeletionReason.RULE_FIRED) for p, _ in s.active if p.uid not in leaving
+            ]
 
 
 def _one_per_firing(new: list[tuple[str, str, RuleFiring]]) -> list[tuple[str, str, RuleFiring]]:

@@ -1,5 +1,5 @@
-"""Steps: the target size (follow the user, shrink to capacity, grow back), the restart count, and
-scaling the worker set to the target (training workers plus spares)."""
+"""Steps: the target size (follow the user, shrink to capacity, grow back) and scaling the worker set to
+the target (training workers plus spares). A resize is a restart: ``steps.restarts.count_restart``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from llm_operator.observe import PodView
 from llm_operator.policy.capacity import free_slots
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.resize import INITIAL, SizeInput, decide_size
 from llm_operator.steps.state import Deletion, PassState, Verdict
 
@@ -79,42 +80,6 @@ def _growth_domain(s: PassState) -> tuple[str, str] | None:
     return topology.key, s.home
 
 
-def count_restart(s: PassState) -> None:
-    """Replacing workers or resizing restarts the job (new attempt); past maxRestarts the job fails."""
-    if not s.live or not (s.replacing or s.out.resize is not None):
-        return
-    s.restarts += 1
-    limit = s.job.spec.failurePolicy.maxRestarts
-    if s.restarts > limit:
-        s.finish("Failed", "MaxRestartsExceeded", f"restart {s.restarts} exceeds maxRestarts {limit}")
-        s.out.delete = [d for d in s.out.delete if d.reason == "ForceDeleteStuckTerminating"]
-        s.replacing = False
-
-
-def count_process_restarts(s: PassState) -> None:
-    """Programs the runtime's supervisor restarted inside their pods (recovery layer 2) count as restarts:
-    an Event per new count, and past maxRestarts the job fails. The workers' metrics carry the job's
-    count (every member agrees on it at each step); a count below the recorded one (the job resumed from
-    an older checkpoint) changes nothing."""
-    latest = s.progress.latest if s.progress is not None else None
-    seen = latest.job_process_restarts if latest is not None else None
-    if not s.live or seen is None or seen <= s.process_restarts:
-        return
-    new, s.process_restarts = seen - s.process_restarts, seen
-    s.restarts += new
-    s.out.events.append(
-        (
-            "Warning",
-            "ProcessRestarted",
-            f"{new} training program(s) restarted inside their pods (recovery layer 2; "
-            f"{seen} so far, restart {s.restarts} of maxRestarts {s.job.spec.failurePolicy.maxRestarts})",
-        )
-    )
-    limit = s.job.spec.failurePolicy.maxRestarts
-    if s.restarts > limit:
-        s.finish("Failed", "MaxRestartsExceeded", f"restart {s.restarts} exceeds maxRestarts {limit}")
-
-
 def _free_indices(pods: Iterable[PodView], maximum: int) -> list[int]:
     taken = {p.index for p in pods}
     return [i for i in range(maximum) if i not in taken]
@@ -134,7 +99,7 @@ def scale(s: PassState) -> None:
     total = s.target + s.spares + s.demand
     if len(active) > total:
         for pod in choose_surplus(active, len(active) - total):
-            s.out.delete.append(Deletion(pod, False, "ScaledDown"))
+            s.out.delete.append(Deletion(pod, False, DeletionReason.SCALED_DOWN))
     elif len(active) < total and not s.succeeded:  # a worker exited 0: the run is finishing
         # Every pod object still holds its index (names are unique): never more than
         # maxReplicas + spareReplicas.

@@ -14,6 +14,7 @@ from typing import Any
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.observe import NodeView, PodView, parse_time
 from llm_operator.policy.admission import Admission
+from llm_operator.policy.deletion import DeletionReason
 from llm_operator.policy.health import Health, assess
 from llm_operator.policy.progress import Progress
 from llm_operator.policy.topology import Placement
@@ -23,12 +24,19 @@ TERMINAL = ("Succeeded", "Failed")
 
 @dataclass(frozen=True)
 class Deletion:
-    """A worker pod to delete."""
+    """A worker pod to delete, and why."""
 
     pod: PodView
     force: bool
-    reason: str
+    why: DeletionReason
     since: float | None = None
+    said: str = ""
+    """The word the Events show when it is not ``why`` itself (Kueue's reason for holding the job back)."""
+
+    @property
+    def reason(self) -> str:
+        """The word the ``DeletedWorkers`` Event shows beside the pod."""
+        return self.said or self.why.value
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llm_operator.policy.status import condition
 from llm_operator.policy.storage import CONDITION, REASON, checkpoint_warning
 from llm_operator.steps.state import PassState
 
@@ -12,24 +13,8 @@ def checkpoint_sharing(s: PassState) -> None:
     before = s.had_condition(CONDITION)
     generation = s.job.metadata.generation
     if warning is not None:
-        s.extra_conditions.append(
-            {
-                "type": CONDITION,
-                "status": "True",
-                "reason": REASON,
-                "message": warning,
-                "observedGeneration": generation,
-            }
-        )
+        s.extra_conditions.append(condition(CONDITION, True, REASON, warning, generation))
         if before != "True":
             s.out.events.append(("Warning", REASON, warning))
     elif before is not None:
-        s.extra_conditions.append(
-            {
-                "type": CONDITION,
-                "status": "False",
-                "reason": "CheckpointShared",
-                "message": "",
-                "observedGeneration": generation,
-            }
-        )
+        s.extra_conditions.append(condition(CONDITION, False, "CheckpointShared", "", generation))
