@@ -1,4 +1,4 @@
-"""The import contract (STYLE 20: our own programs are clients like any other): the reference trainer and the
+"""The import contract (our own programs are clients like any other): the reference trainer and the
 examples import only ``llm_elastic``'s public names (its ``__all__``, docs/runtime-api.md); a benchmark may
 reach an internal module only where it measures that part itself, listed below with the reason."""
 
