@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.unit.check_runtime_imports import problems
+from tests.unit.check_runtime_imports import ROOT, problems
 
 
 def test_the_check_finds_a_facade_import_and_a_typing_only_circle(tmp_path: Path) -> None:
@@ -28,3 +28,7 @@ def test_the_check_finds_a_facade_import_and_a_typing_only_circle(tmp_path: Path
         "import circle of 2 modules:\n    llm_elastic.session -> llm_elastic.step"
         "\n    llm_elastic.step -> llm_elastic.session",
     ]
+
+
+def test_the_runtime_keeps_its_import_rules() -> None:
+    assert problems(ROOT) == []
