@@ -33,6 +33,7 @@ from llm_elastic.errors import (
     contract_error,
 )
 from llm_elastic.leave import Leave
+from llm_elastic.live import keys
 from llm_elastic.recovery import ModeHost, RecoveryMode, World
 from llm_elastic.step import Step
 from llm_elastic.transfer import synchronise
@@ -147,7 +148,7 @@ class InProcess(RecoveryMode):
                     return Outcome.CHANGED
             s.persistence.final_save()
             if s.rank == 0:
-                group.membership.finish()
+                keys.finish(group.membership.client, s.contract.prefix)
             return Outcome.DONE
         except StateLost as exc:
             log.error("%s; exiting for the restart path", exc)
@@ -197,7 +198,7 @@ class InProcess(RecoveryMode):
         if s.rank == 0:
             s.reporter.log_pending(s.progress, time.time())
             if gen.number > 1:
-                group.membership.forget_generation(gen.number - 1)
+                keys.forget_generation(group.membership.client, s.contract.prefix, gen.number - 1)
         s.reporter.event(
             "formed",
             generation=gen.number,

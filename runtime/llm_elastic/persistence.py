@@ -2,14 +2,12 @@
 save (:meth:`Persistence.at_step_end` decides itself), the final save, and the restore with fallback (the
 newest in-memory snapshot every rank can get, else the newest complete checkpoint that loads).
 
-Extras (the program's ``Stateful`` objects) travel as one ``torch.save`` blob: a file beside a checkpoint,
-base64 inside a snapshot's JSON meta.
+Extras (the program's ``Stateful`` objects) travel as one blob (:mod:`llm_elastic.extras`).
 """
 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import logging
 import math
@@ -18,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.distributed as dist
 from torch import nn
 
+from llm_elastic import extras
 from llm_elastic.config import ElasticConfig
 from llm_elastic.data import ElasticSampler
 from llm_elastic.errors import StateLost
@@ -170,20 +168,8 @@ class Persistence:
         return out
 
     def extras_blob(self) -> bytes:
-        """The extras' state dicts, ``torch.save``d."""
-        buffer = io.BytesIO()
-        torch.save(self.state.extras_state(), buffer)
-        return buffer.getvalue()
-
-    def load_extras(self, raw: bytes | None) -> None:
-        """Load the extras from a blob made by :meth:`extras_blob` (None or empty: nothing saved)."""
-        if not raw:
-            return
-        state = torch.load(io.BytesIO(raw), weights_only=False)
-        try:
-            self.state.load_extras_state(state)
-        except ValueError as exc:
-            raise StateLost(f"the saved state does not fit this run: {exc}") from exc
+        """The extras' state dicts as one blob (:func:`llm_elastic.extras.pack`)."""
+        return extras.pack(self.state)
 
     def save(self) -> None:
         """Collective checkpoint of the current step (unless saved already, or checkpoints are off)."""
@@ -252,7 +238,7 @@ class Persistence:
                 log.error("checkpoint %s does not load (%s): trying the one before", info.path, exc)
         if loaded is None:
             raise StateLost(f"no complete checkpoint under {cfg.checkpoint_dir} loads")
-        self.load_extras(read_extras(info))
+        extras.unpack(self.state, read_extras(info))
         self.saved_step = info.step
         r = self.restored
         self.restored = RestoreFacts(r.resumed_from, "checkpoint", r.seconds, r.peers)
@@ -273,7 +259,7 @@ class Persistence:
             return None
         meta, where, peers = found
         encoded = meta.get("extras")
-        self.load_extras(base64.b64decode(encoded) if encoded else None)
+        extras.unpack(self.state, base64.b64decode(encoded) if encoded else None)
         self.restored = RestoreFacts(self.restored.resumed_from, "memory", self.restored.seconds, peers)
         log.info("rank %d: snapshot shard from %s", rank, where)
         progress = Progress(

@@ -36,8 +36,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from llm_elastic import commit as wire
-from llm_elastic.commit import CommitWire, Signals, Verdict
+from llm_elastic.commit import Signals, Verdict
+from llm_elastic.committer import Committer
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, read_contract
 from llm_elastic.data import ElasticSampler
@@ -96,13 +96,8 @@ class Elastic:
         self.progress = Progress(step=0, last_loss=math.nan, fresh=True)
         self.world = World()
         self.wrapped = Wrapped(model, model, self.state.optimizers)
-        self.wire = CommitWire(self.device)
         self.left = False
         """Set once this process left the job (:meth:`leave_now`); the periodic health checks stop then."""
-        self.job_process_restarts = 0
-        """Layer-2 restarts of the job's programs so far, as the members agree on it at each commit."""
-        self.restart_announced = self.contract.process_restarts == 0
-        """This program's own restart (if it is one) was counted in a commit."""
         c = self.contract
         self.health = HealthWatch(env, self.config, c.local_world_size, self.recovery.live, self.wrap_policy)
         port = self.config.metrics_port + c.local_rank if self.config.metrics_port else 0
@@ -111,11 +106,13 @@ class Elastic:
         self.persistence = Persistence(
             self.config,
             self.state,
-            lambda: SavePoint(self.progress, self.world_size, self.job_process_restarts),
-            self._saved,
+            lambda: SavePoint(self.progress, self.world_size, self.commits.job_process_restarts),
+            lambda step: self.reporter.update(last_saved_step=step, last_saved_timestamp_seconds=time.time()),
             live=self.recovery.live,
             sampler=sampler,
         )
+        parts = (self.health, self.persistence, self.reporter, self.stop, self.recovery.membership_changed)
+        self.commits = Committer(self.device, *parts, restarted=c.process_restarts != 0)
         self.loss_rules = LossActions(self.config.loss_rules, self.persistence, self.reporter, env)
 
     # -- read-only facts (docs/runtime-api.md) ---------------------------------------------------------------
@@ -205,34 +202,12 @@ class Elastic:
         return self.wrapped.module
 
     def signals(self, started: float) -> tuple[Signals, Evicted | None]:
-        """This member's flags for a commit, and the eviction it found (acted on at the boundary)."""
-        changed, evicted = False, None
-        try:
-            changed = self.recovery.membership_changed()
-        except Evicted as exc:  # leave at this step boundary, after the others summed this step with us
-            evicted = exc
-        stopping = self.stop.requested
-        leaving = evicted is not None or self.health.unhealthy is not None
-        signals = Signals(
-            changed=changed or stopping or leaving,
-            stopping=stopping,
-            busy=self.persistence.busy,
-            restart_announced=self.restart_announced,
-            compute_seconds=self.health.compute_seconds(started),
-            process_restarts=self.job_process_restarts,
-        )
-        return signals, evicted
+        """This member's flags for the step's commit (:class:`~llm_elastic.committer.Committer`)."""
+        return self.commits.signals(started)
 
     def commit(self, value: torch.Tensor | float, signals: Signals, mean: bool) -> Verdict:
-        """The step's one collective; the verdict feeds straggler detection and the restart count."""
-        reduced = self.wire.reduce(value, signals, self.rank, self.world_size)
-        self.persistence.before_update()  # staging copies must have read the parameters
-        verdict = self.wire.read(wire.host_values(reduced), signals, self.world_size, mean)
-        self.health.observe(verdict.compute_seconds, self.rank)
-        self.restart_announced = True
-        self.job_process_restarts = verdict.process_restarts
-        self.reporter.update(job_process_restarts=self.job_process_restarts)
-        return verdict
+        """The step's one collective (:class:`~llm_elastic.committer.Committer`)."""
+        return self.commits.commit(value, signals, mean, self.rank, self.world_size)
 
     def peer_lost(self, exc: BaseException) -> bool:
         """Whether ``exc`` in a step means a lost peer (the mode judges), not a local failure."""
@@ -301,7 +276,7 @@ class Elastic:
         restored = self.persistence.restore(self.rank)
         if restored is None:
             return None
-        progress, self.job_process_restarts = restored
+        progress, self.commits.job_process_restarts = restored
         return progress
 
     # -- leaving --------------------------------------------------------------------------------------------
@@ -312,9 +287,6 @@ class Elastic:
             return
         self.left = True
         self.recovery.leave()
-
-    def _saved(self, step: int) -> None:
-        self.reporter.update(last_saved_step=step, last_saved_timestamp_seconds=time.time())
 
     def _close(self) -> None:
         """Leave first (the others re-form at once), then drop what the mode holds (in process: a generation
