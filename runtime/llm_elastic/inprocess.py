@@ -1,25 +1,24 @@
 """Recovery in process: the process is a member of the job's live membership in etcd. Each generation (an
 agreed set of members) gets a fresh process group; on a lost or evicted peer the step in flight is
 discarded, the survivors agree on the next generation, re-wrap the same model, a joiner gets the state from
-a peer, and the loop goes on with the same objects. A local error is not a membership change: the process
-leaves at once and the exception propagates (the pod's supervisor restarts the process).
+a peer, and the loop goes on with the same objects. A local error is not a membership change: the error
+propagates, and ``Elastic.steps()`` leaves the job before the generation is closed (the pod's supervisor
+restarts the process).
+
+:meth:`InProcess.run` is the generation loop: form, train until an :class:`Outcome`, close, spend the
+budget of failed generations.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import replace
-from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
-
-from llm_elastic.abort import Watchdog, every_group
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, Contract
 from llm_elastic.errors import (
@@ -34,18 +33,30 @@ from llm_elastic.errors import (
     contract_error,
 )
 from llm_elastic.leave import Leave
-from llm_elastic.modes import RecoveryMode, World
-from llm_elastic.peer_loss import judge
+from llm_elastic.live import keys
+from llm_elastic.recovery import ModeHost, RecoveryMode, World
 from llm_elastic.step import Step
 from llm_elastic.transfer import synchronise
 from llm_elastic.wrap import WrapPolicy
 
 if TYPE_CHECKING:
-    from llm_elastic.live.layout import Generation as LiveGeneration
+    from llm_elastic.live.group import LiveGroup
+    from llm_elastic.live.layout import Generation
     from llm_elastic.live.membership import Membership
-    from llm_elastic.session import Elastic
+    from llm_elastic.live.waiting import Waiting
 
 log = logging.getLogger("llm_elastic")
+
+
+class Outcome(enum.Enum):
+    """How a generation ended."""
+
+    DONE = "done"
+    """Every step is trained."""
+    CHANGED = "changed"
+    """The members agreed at a step boundary that the membership changed (a joiner, a leaver)."""
+    PEER_LOST = "peer lost"
+    """A peer vanished: the step in flight was discarded (a failed generation)."""
 
 
 class InProcess(RecoveryMode):
@@ -56,14 +67,11 @@ class InProcess(RecoveryMode):
 
     def __init__(self, config: ElasticConfig) -> None:
         self.config = config
+        self.host: ModeHost | None = None
         self.membership: Membership | None = None
-        self.gen: LiveGeneration | None = None
-        self.pids: list[int] | None = None
-        self.standby = False
-        self.watchdog: Watchdog | None = None
-        self.end_generation = False
+        self.group: LiveGroup | None = None
+        self.waiting: Waiting | None = None
         self.failed_generations = 0
-        self.outside_warned = False
 
     def check(self, wrap: WrapPolicy) -> None:
         if not wrap.elastic:
@@ -77,8 +85,23 @@ class InProcess(RecoveryMode):
 
     # -- the loop -------------------------------------------------------------------------------------------
 
-    def run(self, s: Elastic) -> Iterator[Step]:
+    def run(self, s: ModeHost) -> Iterator[Step]:
+        group, waiting = self._join(s)
+        left = 0
+        while (gen := self._next_generation(s, waiting, left)) is not None:
+            outcome = yield from self._train(s, group, gen)
+            self._close_generation(s, group)
+            if outcome is Outcome.DONE:
+                return
+            self._spend(outcome)
+            log.info("membership changed after step %d; re-forming", s.progress.step)
+            left = gen.number
+
+    def _join(self, s: ModeHost) -> tuple[LiveGroup, Waiting]:
+        """Connect to etcd, wait for the start file, pass the node's checks, register as a member."""
+        from llm_elastic.live.group import LiveGroup
         from llm_elastic.live.membership import Membership
+        from llm_elastic.live.waiting import Waiting
         from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
 
         c, cfg = s.contract, self.config
@@ -86,66 +109,21 @@ class InProcess(RecoveryMode):
         membership = Membership(
             client, c.prefix, c.member, cfg.lease_ttl, s.wrap_policy.shard_size, c.target_members
         )
-        self.membership = membership
+        self.host, self.membership = s, membership
+        self.group = LiveGroup(membership, cfg)
+        self.waiting = Waiting(membership, cfg, s.reporter, s.stop)
         if cfg.start_when:
-            s.reporter.event("waiting", time=time.time(), pid=os.getpid())
-            while not Path(cfg.start_when).exists():
-                self._check_stop(s)
-                time.sleep(0.02)
-            s.reporter.event("released", time=time.time(), pid=os.getpid())
+            self.waiting.for_start_file(cfg.start_when)
         s.health.preflight(lambda: not s.left)
         membership.register()
-        left = 0
-        while True:
-            gen = self._next_generation(s, left)
-            if gen is None:
-                return
-            ok = False
-            try:
-                ok = self._form(s, gen)
-                while ok and s.progress.step < cfg.total_steps and not self.end_generation:
-                    step = Step(s, s.progress.step)
-                    yield step
-                    if step.peer_lost:
-                        ok = False
-                        break
-                    s.after_step(step)
-                if ok and not self.end_generation:
-                    s.persistence.final_save()
-                    if s.rank == 0:
-                        membership.finish()
-                    return
-            except Leave:
-                s.leave_now()  # before the generation's groups are dropped: the others re-form at once
-                raise
-            except StateLost as exc:
-                log.error("%s; exiting for the restart path", exc)
-                raise Leave(EXIT_STATE_LOST) from None
-            except RuntimeError as exc:
-                if not self.peer_lost(exc):
-                    s.leave_now()
-                    raise
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                log.warning("generation %d failed at step %d: %s", gen.number, s.progress.step, first)
-                ok = False
-            finally:
-                self._close_generation(s)
-            self.failed_generations = 0 if ok else self.failed_generations + 1
-            if self.failed_generations > cfg.max_reforms:
-                log.error(
-                    "%d generations in a row failed without a step: handing over", self.failed_generations
-                )
-                failed = RecoveryExhausted(f"{self.failed_generations} generations failed in a row")
-                raise Leave(EXIT_RECOVERY_EXHAUSTED, failed)
-            log.info("membership changed after step %d; re-forming", s.progress.step)
-            left = gen.number
+        return self.group, self.waiting
 
-    def _next_generation(self, s: Elastic, left: int) -> LiveGeneration | None:
+    def _next_generation(self, s: ModeHost, waiting: Waiting, left: int) -> Generation | None:
+        """The next generation this member is in (None: the run finished)."""
         assert self.membership is not None
-        self.end_generation = False
         try:
             return self.membership.next_generation(
-                left, s.contract.min_members, self.config.form_timeout, lambda: self._while_waiting(s)
+                left, s.contract.min_members, self.config.form_timeout, lambda: waiting.tick(s.progress.step)
             )
         except RunFinished:
             return None
@@ -156,78 +134,52 @@ class InProcess(RecoveryMode):
             log.error("%s", exc)
             raise Leave(EXIT_NO_GENERATION) from None
 
-    def _while_waiting(self, s: Elastic) -> None:
-        """Called while a generation forms: stop signals, the standby state of a spare, and a member left
-        outside a generation that should have taken it in."""
-        self._check_stop(s)
-        membership = self.membership
-        if membership is None:
-            return
-        if membership.standby != self.standby:
-            self.standby = membership.standby
-            s.reporter.update(standby=1.0 if self.standby else 0.0)
-            if self.standby:
-                s.reporter.event("standby", time=time.time(), pid=os.getpid(), step=s.progress.step)
-        self._report_outside(s, membership)
+    def _train(self, s: ModeHost, group: LiveGroup, gen: Generation) -> Generator[Step, None, Outcome]:
+        """Form ``gen`` and train in it until an outcome. A ``Leave`` or a local error propagates with the
+        generation still open: ``Elastic.steps()`` leaves first, then :meth:`close` drops the groups."""
+        try:
+            self._form(s, group, gen)
+            while s.progress.step < self.config.total_steps:
+                step = Step(s, s.progress.step)
+                yield step
+                if step.peer_lost:
+                    return Outcome.PEER_LOST
+                if s.after_step(step):
+                    return Outcome.CHANGED
+            s.persistence.final_save()
+            if s.rank == 0:
+                keys.finish(group.membership.client, s.contract.prefix)
+            return Outcome.DONE
+        except StateLost as exc:
+            log.error("%s; exiting for the restart path", exc)
+            raise Leave(EXIT_STATE_LOST) from None
+        except RuntimeError as exc:
+            if not group.judge(exc):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.warning("generation %d failed at step %d: %s", gen.number, s.progress.step, first)
+            return Outcome.PEER_LOST
 
-    def _report_outside(self, s: Elastic, membership: Membership) -> None:
-        """The guard for what no test foresaw: a gauge of the wait, and one warning past the bound."""
-        since = membership.outside_since
-        waited = 0.0 if since is None else time.monotonic() - since
-        s.reporter.update(outside_seconds=waited)
-        if since is None:
-            self.outside_warned = False
-        elif waited >= self.config.outside_warn_seconds and not self.outside_warned:
-            self.outside_warned = True
-            log.warning(
-                "member %s has waited %.0fs outside a running generation that is not full "
-                "(it should be taken in at the next step boundary)",
-                membership.member,
-                waited,
-            )
-            s.reporter.event("outside", time=time.time(), pid=os.getpid(), waited=round(waited, 1))
-
-    @staticmethod
-    def _check_stop(s: Elastic) -> None:
-        """A stop signal while no step runs (waiting, forming): leave at once."""
-        if s.stop.requested:
-            log.info("stopped by %s while not training; left the job", s.stop.signal_name)
-            raise Leave(0)
+    def _spend(self, outcome: Outcome) -> None:
+        """A generation ended early: a failed one spends the budget of ``max_reforms`` in a row."""
+        self.failed_generations = 0 if outcome is Outcome.CHANGED else self.failed_generations + 1
+        if self.failed_generations > self.config.max_reforms:
+            log.error("%d generations in a row failed without a step: handing over", self.failed_generations)
+            failed = RecoveryExhausted(f"{self.failed_generations} generations failed in a row")
+            raise Leave(EXIT_RECOVERY_EXHAUSTED, failed)
 
     # -- a generation ---------------------------------------------------------------------------------------
 
-    def _form(self, s: Elastic, gen: LiveGeneration) -> bool:
+    def _form(self, s: ModeHost, group: LiveGroup, gen: Generation) -> None:
         """Form ``gen``'s process group, wrap the model and take the state."""
-        from llm_elastic.live import layout
-        from llm_elastic.rendezvous.etcd_store import EtcdV3Store
-
-        membership = self.membership
-        assert membership is not None
+        assert self.waiting is not None
         formed_at = time.time()
-        self.gen = gen
-        membership.current = gen
-        if self.standby:
-            self.standby = False
-            s.reporter.update(standby=0.0)
-        s.reporter.update(outside_seconds=0.0)
-        self.outside_warned = False
+        self.waiting.taken_in()
         s.world = World(gen.rank_of(s.contract.member), gen.world_size, gen.number)
-        timeout = timedelta(seconds=self.config.live_collective_timeout)
-        prefix = layout.store_prefix(s.contract.prefix, gen.number)
-        store = EtcdV3Store(membership.client, prefix, membership.lease, timeout=timeout)
-        dist.init_process_group(
-            s.backend, store=store, rank=s.rank, world_size=gen.world_size, timeout=timeout
-        )
-        pid = torch.tensor([os.getpid()], dtype=torch.int64)
-        gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(gen.world_size)]
-        dist.all_gather(gathered, pid)
-        self.pids = [int(t.item()) for t in gathered]
-        job_step = membership.job_step()
+        group.form(gen, s.backend, s.contract.prefix)
+        job_step = group.membership.job_step()
         s.open_generation()
-        if s.device.type == "cuda":  # NCCL: a lost peer raises nothing, so abort from the watch
-            self.watchdog = Watchdog(
-                lambda: membership.member_gone(gen), membership.changes, every_group
-            ).start()
+        group.watch(s.device)
 
         def receiving() -> None:
             s.progress.fresh = True
@@ -246,7 +198,7 @@ class InProcess(RecoveryMode):
         if s.rank == 0:
             s.reporter.log_pending(s.progress, time.time())
             if gen.number > 1:
-                membership.forget_generation(gen.number - 1)
+                keys.forget_generation(group.membership.client, s.contract.prefix, gen.number - 1)
         s.reporter.event(
             "formed",
             generation=gen.number,
@@ -258,24 +210,19 @@ class InProcess(RecoveryMode):
             ready_at=time.time(),
             pid=os.getpid(),
         )
-        return True
 
-    def _close_generation(self, s: Elastic) -> None:
+    @staticmethod
+    def _close_generation(s: ModeHost, group: LiveGroup) -> None:
         """Drop the generation's groups (their connections close, so a peer blocked on us fails at once)."""
-        if self.watchdog is not None:
-            self.watchdog.stop()
-            self.watchdog = None
-        self.gen = None
+        group.close()
         s.close_generation()
 
     # -- at a commit, a boundary, a failure -----------------------------------------------------------------
 
     def membership_changed(self) -> bool:
-        if self.membership is None or self.gen is None:
-            return False
-        return self.membership.changed_since(self.gen)
+        return self.group is not None and self.group.changed()
 
-    def at_boundary(self, s: Elastic, step: Step) -> bool:
+    def at_boundary(self, s: ModeHost, step: Step) -> bool:
         verdict = step.verdict
         assert verdict is not None
         if verdict.stopping >= s.world_size:
@@ -296,24 +243,21 @@ class InProcess(RecoveryMode):
             # find the last step saved, whatever order the signals arrive in).
             log.info("stopped by %s at step %d; left the job", s.stop.signal_name, s.progress.step)
             raise Leave(0)
-        if verdict.changed:
-            self.end_generation = True
         return verdict.changed
 
     def peer_lost(self, exc: BaseException) -> bool:
-        if self.membership is None or self.gen is None:
-            return False
-        return judge(exc, self.membership, self.gen, self.config)
+        return self.group is not None and self.group.judge(exc)
 
-    def completed(self, s: Elastic) -> None:
+    def completed(self, s: ModeHost) -> None:
         self.failed_generations = 0
         if self.membership is not None and s.rank == 0:
             self.membership.set_job_step(s.progress.step)
 
-    def record(self, s: Elastic) -> tuple[int, dict[str, Any]]:
+    def record(self, s: ModeHost) -> tuple[int, dict[str, Any]]:
+        gen = self.group.gen if self.group is not None else None
         return s.progress.restarts, {
-            "members": list(self.gen.members) if self.gen else None,
-            "pids": self.pids,
+            "members": list(gen.members) if gen else None,
+            "pids": self.group.pids if self.group is not None else None,
         }
 
     def leave(self) -> None:
@@ -324,5 +268,8 @@ class InProcess(RecoveryMode):
                 log.debug("leaving the membership failed", exc_info=True)
 
     def close(self) -> None:
+        """After ``Elastic.steps()`` left: drop a generation a ``Leave`` or an error left open, then etcd."""
+        if self.group is not None and self.group.gen is not None and self.host is not None:
+            self._close_generation(self.host, self.group)
         if self.membership is not None:
             self.membership.client.close()

@@ -12,34 +12,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from llm_elastic.config import ElasticConfig
-from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, Contract
+from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE
 from llm_elastic.errors import EXIT_PEER_STOPPED
 from llm_elastic.leave import Leave
+from llm_elastic.recovery import ModeHost, RecoveryMode, World
 from llm_elastic.step import Step
-from llm_elastic.wrap import WrapPolicy
-
-if TYPE_CHECKING:
-    from llm_elastic.session import Elastic
 
 log = logging.getLogger("llm_elastic")
-
-
-@dataclass(frozen=True)
-class World:
-    """This process in the current generation."""
-
-    rank: int = 0
-    world_size: int = 1
-    generation: int = 0
-    """The generation number (restart mode: torchelastic's restart count)."""
 
 
 def pick_device(local_rank: int) -> torch.device:
@@ -56,50 +43,6 @@ def backend_for(device: torch.device) -> str:
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
-class RecoveryMode:
-    """What a mode decides; the base is a fixed group with no membership."""
-
-    name = ""
-    live = False
-    """Generations of a live membership (in process): groups change, a lost peer is survived."""
-
-    def check(self, wrap: WrapPolicy) -> None:
-        """Refuse (exit 2) a wrap policy this mode cannot use."""
-
-    def labels(self, contract: Contract) -> dict[str, str]:
-        """The metrics' labels."""
-        return {"rank": str(contract.rank)}
-
-    def run(self, s: Elastic) -> Iterator[Step]:
-        """Yield the steps still to train (groups, restore, step boundaries); ends when all are done."""
-        raise NotImplementedError
-
-    def membership_changed(self) -> bool:
-        """At a commit: whether this member saw the membership change (raises ``Evicted``)."""
-        return False
-
-    def peer_lost(self, exc: BaseException) -> bool:
-        """Whether ``exc`` in a step means a lost peer (the step is discarded), not a local failure."""
-        return False
-
-    def at_boundary(self, s: Elastic, step: Step) -> bool:
-        """Act on the step's verdict (stops, evictions); True when the generation ends after this step."""
-        raise NotImplementedError
-
-    def completed(self, s: Elastic) -> None:
-        """A step completed (after its metrics, before its step log line)."""
-
-    def record(self, s: Elastic) -> tuple[int, dict[str, Any]]:
-        """The step log's ``restart`` value and this mode's own fields."""
-        raise NotImplementedError
-
-    def leave(self) -> None:
-        """Leave the job at once (best effort)."""
-
-    def close(self) -> None:
-        """The loop ended: let go of what the mode holds."""
-
-
 class Fixed(RecoveryMode):
     """One process group for the life of the process."""
 
@@ -111,7 +54,7 @@ class Fixed(RecoveryMode):
     def open_group(self, backend: str, timeout: timedelta) -> None:
         raise NotImplementedError
 
-    def run(self, s: Elastic) -> Iterator[Step]:
+    def run(self, s: ModeHost) -> Iterator[Step]:
         self.open_group(s.backend, timedelta(seconds=self.config.collective_timeout))
         s.world = World(dist.get_rank(), dist.get_world_size(), s.contract.agent_restarts)
         s.open_generation()
@@ -120,10 +63,10 @@ class Fixed(RecoveryMode):
         while s.progress.step < self.config.total_steps:
             step = Step(s, s.progress.step)
             yield step
-            s.after_step(step)
+            s.after_step(step)  # a fixed group outlives every boundary
         s.persistence.final_save()
 
-    def _restore(self, s: Elastic) -> None:
+    def _restore(self, s: ModeHost) -> None:
         started = time.monotonic()
         restored = s.restore_collective()
         if restored is None:
@@ -137,21 +80,21 @@ class Fixed(RecoveryMode):
                 "resumed from step %d from %s in %.2fs", restored.step, p.restored.source, p.restored.seconds
             )
 
-    def at_boundary(self, s: Elastic, step: Step) -> bool:
+    def at_boundary(self, s: ModeHost, step: Step) -> bool:
         assert step.verdict is not None
         if step.verdict.stopping:
             s.persistence.final_save()
             raise Leave(self._stop_exit_code(s))
         return False
 
-    def _stop_exit_code(self, s: Elastic) -> int:
+    def _stop_exit_code(self, s: ModeHost) -> int:
         if s.stop.requested or s.stop.wait(self.config.peer_stop_grace):
             log.info("stopped by %s at step %d after saving", s.stop.signal_name, s.progress.step)
             return 0
         log.warning("another rank stopped at step %d; exiting for a re-rendezvous", s.progress.step)
         return EXIT_PEER_STOPPED
 
-    def record(self, s: Elastic) -> tuple[int, dict[str, Any]]:
+    def record(self, s: ModeHost) -> tuple[int, dict[str, Any]]:
         r = s.restored
         fields = {
             "agent_restart": s.contract.agent_restarts,

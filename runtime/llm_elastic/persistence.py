@@ -2,32 +2,33 @@
 save (:meth:`Persistence.at_step_end` decides itself), the final save, and the restore with fallback (the
 newest in-memory snapshot every rank can get, else the newest complete checkpoint that loads).
 
-Extras (the program's ``Stateful`` objects) travel as one ``torch.save`` blob: a file beside a checkpoint,
-base64 inside a snapshot's JSON meta.
+Extras (the program's ``Stateful`` objects) travel as one blob (:mod:`llm_elastic.extras`).
 """
 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import logging
 import math
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.distributed as dist
+from torch import nn
 
+from llm_elastic import extras
+from llm_elastic.config import ElasticConfig
+from llm_elastic.data import ElasticSampler
 from llm_elastic.errors import StateLost
 from llm_elastic.leave import Leave
+from llm_elastic.state import TrainState
 from llm_elastic.transfer import Progress
 
 if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.3 s of start-up
     from llm_elastic.checkpoint import Checkpointer
-    from llm_elastic.session import Elastic
     from llm_elastic.snapshot.manager import Snapshotter
 
 log = logging.getLogger("llm_elastic")
@@ -47,13 +48,37 @@ class RestoreFacts:
     """Ranks that received their snapshot shard from another node."""
 
 
-class Persistence:
-    """Checkpoints and snapshots of one session (``live``: in process, where every generation has new
-    groups, and a restore from a checkpoint counts as a restart of the job's state)."""
+@dataclass(frozen=True)
+class SavePoint:
+    """What a save records of the run besides the state, read when it saves."""
 
-    def __init__(self, session: Elastic, live: bool) -> None:
-        self.session = session
-        self.config = session.config
+    progress: Progress
+    world_size: int
+    job_process_restarts: int
+    """Layer-2 restarts of the job's programs, as the members agreed at the last commit."""
+
+
+class Persistence:
+    """Checkpoints and snapshots of one process's ``state`` (``live``: in process, where every generation
+    has new groups, and a restore from a checkpoint counts as a restart of the job's state).
+
+    ``point`` reads where the run stands when a save happens; ``on_saved`` hears of each checkpointed step."""
+
+    def __init__(
+        self,
+        config: ElasticConfig,
+        state: TrainState,
+        point: Callable[[], SavePoint],
+        on_saved: Callable[[int], None],
+        *,
+        live: bool,
+        sampler: ElasticSampler | None = None,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.point = point
+        self.on_saved = on_saved
+        self.sampler = sampler
         self.live = live
         self.checkpointer: Checkpointer | None = None
         self.snapshots: Snapshotter | None = None
@@ -66,7 +91,7 @@ class Persistence:
         self, rank: int, world_size: int, local_world_size: int, layout_key: str, replicated: bool
     ) -> None:
         """Make the generation's checkpointer and snapshotter (leave with 1 when snapshots cannot fit)."""
-        cfg, state = self.config, self.session.state
+        cfg, state = self.config, self.state
         if cfg.checkpoint_dir:
             from llm_elastic.checkpoint import Checkpointer
 
@@ -127,15 +152,15 @@ class Persistence:
 
     def meta(self) -> dict[str, Any]:
         """The JSON facts saved with the current step (checkpoint marker, snapshot header)."""
-        s = self.session
-        progress, sampler = s.progress, s.sampler
+        point, sampler = self.point(), self.sampler
+        progress = point.progress
         out: dict[str, Any] = {
             **self.config.meta,
             "step": progress.step,
-            "world_size": s.world_size,
+            "world_size": point.world_size,
             "last_loss": progress.last_loss if math.isfinite(progress.last_loss) else None,
             "restarts": progress.restarts,
-            "job_process_restarts": s.job_process_restarts,
+            "job_process_restarts": point.job_process_restarts,
         }
         if sampler is not None:
             out["samples_seen"] = progress.step * sampler.global_batch
@@ -143,42 +168,30 @@ class Persistence:
         return out
 
     def extras_blob(self) -> bytes:
-        """The extras' state dicts, ``torch.save``d."""
-        buffer = io.BytesIO()
-        torch.save(self.session.state.extras_state(), buffer)
-        return buffer.getvalue()
-
-    def load_extras(self, raw: bytes | None) -> None:
-        """Load the extras from a blob made by :meth:`extras_blob` (None or empty: nothing saved)."""
-        if not raw:
-            return
-        state = torch.load(io.BytesIO(raw), weights_only=False)
-        try:
-            self.session.state.load_extras_state(state)
-        except ValueError as exc:
-            raise StateLost(f"the saved state does not fit this run: {exc}") from exc
+        """The extras' state dicts as one blob (:func:`llm_elastic.extras.pack`)."""
+        return extras.pack(self.state)
 
     def save(self) -> None:
         """Collective checkpoint of the current step (unless saved already, or checkpoints are off)."""
-        step, state = self.session.progress.step, self.session.state
+        step, state = self.point().progress.step, self.state
         if self.checkpointer is None or self.saved_step == step or step == 0:
             return
         save = self.checkpointer.save_async if self.config.async_checkpoint else self.checkpointer.save
         save(step, state.model, state.optims, self.meta(), self.extras_blob())
         self.saved_step = step
-        self.session.reporter.update(last_saved_step=step, last_saved_timestamp_seconds=time.time())
+        self.on_saved(step)
 
     def snapshot(self) -> None:
         """Take an in-memory snapshot of the current step (collective; none without a snapshotter)."""
         if self.snapshots is not None:
             meta = {**self.meta(), "extras": base64.b64encode(self.extras_blob()).decode()}
-            state = self.session.state
-            self.snapshots.take(self.session.progress.step, state.model, state.optims, meta)
+            state = self.state
+            self.snapshots.take(self.point().progress.step, state.model, state.optims, meta)
 
     def at_step_end(self, busy: bool) -> None:
         """The cadence: a snapshot every ``snapshot_every`` steps (skipped by all while a copy is ``busy``),
         a checkpoint every ``checkpoint_every``; the last step is left to :meth:`final_save`."""
-        cfg, at = self.config, self.session.progress.step
+        cfg, at = self.config, self.point().progress.step
         if cfg.snapshot_every and at % cfg.snapshot_every == 0 and not busy and at < cfg.total_steps:
             self.snapshot()
         if cfg.checkpoint_every and at % cfg.checkpoint_every == 0 and at < cfg.total_steps:
@@ -186,7 +199,7 @@ class Persistence:
 
     def final_save(self) -> None:
         """Stop or end: snapshot and checkpoint the last step and wait for both to be complete."""
-        if self.snapshots is not None and self.snapshots.taken_step != self.session.progress.step:
+        if self.snapshots is not None and self.snapshots.taken_step != self.point().progress.step:
             self.snapshots.wait()
             self.snapshot()
         self.save()
@@ -202,7 +215,7 @@ class Persistence:
         (rank 0 picks it for all); with the job's process restarts saved with it. None when neither exists."""
         from llm_elastic.checkpoint import CheckpointInfo, complete_checkpoints, read_extras
 
-        cfg, state = self.config, self.session.state
+        cfg, state = self.config, self.state
         candidates: list[CheckpointInfo] = []
         if cfg.checkpoint_dir:
             choice: list[list[CheckpointInfo] | None] = [
@@ -225,7 +238,7 @@ class Persistence:
                 log.error("checkpoint %s does not load (%s): trying the one before", info.path, exc)
         if loaded is None:
             raise StateLost(f"no complete checkpoint under {cfg.checkpoint_dir} loads")
-        self.load_extras(read_extras(info))
+        extras.unpack(self.state, read_extras(info))
         self.saved_step = info.step
         r = self.restored
         self.restored = RestoreFacts(r.resumed_from, "checkpoint", r.seconds, r.peers)
@@ -240,13 +253,13 @@ class Persistence:
         """Collective: load the newest snapshot every rank can get (>= ``not_before``); None without one."""
         if self.snapshots is None:
             return None
-        state = self.session.state
+        state = self.state
         found = self.snapshots.restore(state.model, state.optims, not_before)
         if found is None:
             return None
         meta, where, peers = found
         encoded = meta.get("extras")
-        self.load_extras(base64.b64decode(encoded) if encoded else None)
+        extras.unpack(self.state, base64.b64decode(encoded) if encoded else None)
         self.restored = RestoreFacts(self.restored.resumed_from, "memory", self.restored.seconds, peers)
         log.info("rank %d: snapshot shard from %s", rank, where)
         progress = Progress(
@@ -254,24 +267,22 @@ class Persistence:
         )
         return progress, int(meta.get("job_process_restarts", 0))
 
-    def rollback(self) -> Progress | None:
+    def rollback(self, rank: int) -> Progress | None:
         """Collective (a loss rule's ``rollback``): load the newest in-memory snapshot once any copy in flight
         ended; None (logged: the step stays skipped) when no snapshot serves every rank."""
         if self.snapshots is not None:
             self.snapshots.wait()  # its copy uses the group the restore gathers on
-        found = self._from_snapshot(self.session.rank, 0)
+        found = self._from_snapshot(rank, 0)
         if found is None:
             log.warning("rollback: no in-memory snapshot serves every member yet; the step is skipped only")
             return None
         return found[0]
 
 
-def layout_key(session: Elastic) -> str:
+def layout_key(model: nn.Module, shard_size: int, meta: dict[str, Any]) -> str:
     """What a snapshot must match to be loaded: the model's type and size, the shard size, the meta."""
-    model = session.state.model
     params = sum(p.numel() for p in model.parameters())
-    meta = json.dumps(session.config.meta, sort_keys=True)
-    return f"{type(model).__name__}|{params}|{session.wrap_policy.shard_size}|{meta}"
+    return f"{type(model).__name__}|{params}|{shard_size}|{json.dumps(meta, sort_keys=True)}"
 
 
 def _cpu_group() -> dist.ProcessGroup:

@@ -30,24 +30,25 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from llm_elastic.commit import CommitWire, Verdict
+from llm_elastic.commit import Signals, Verdict
+from llm_elastic.committer import Committer
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, read_contract
 from llm_elastic.data import ElasticSampler
-from llm_elastic.errors import EXIT_RULE_FIRED, contract_error
-from llm_elastic.health import write_termination_message
+from llm_elastic.errors import Evicted, contract_error
 from llm_elastic.health_watch import HealthWatch
 from llm_elastic.leave import Leave
-from llm_elastic.loss_rules import ROLLBACK, Firing, LossGuard
-from llm_elastic.modes import World, backend_for, make_mode, pick_device
-from llm_elastic.persistence import Persistence, RestoreFacts, layout_key
+from llm_elastic.loss_actions import LossActions
+from llm_elastic.loss_rules import Firing
+from llm_elastic.modes import backend_for, make_mode, pick_device
+from llm_elastic.persistence import Persistence, RestoreFacts, SavePoint, layout_key
+from llm_elastic.recovery import World
 from llm_elastic.reporting import Reporter
 from llm_elastic.signals import StopRequest
 from llm_elastic.state import Stateful, TrainState
@@ -95,20 +96,24 @@ class Elastic:
         self.progress = Progress(step=0, last_loss=math.nan, fresh=True)
         self.world = World()
         self.wrapped = Wrapped(model, model, self.state.optimizers)
-        self.wire = CommitWire(self.device)
-        self.loss_guard = LossGuard(self.config.loss_rules)
         self.left = False
         """Set once this process left the job (:meth:`leave_now`); the periodic health checks stop then."""
-        self.job_process_restarts = 0
-        """Layer-2 restarts of the job's programs so far, as the members agree on it at each commit."""
-        self.restart_announced = self.contract.process_restarts == 0
-        """This program's own restart (if it is one) was counted in a commit."""
         c = self.contract
         self.health = HealthWatch(env, self.config, c.local_world_size, self.recovery.live, self.wrap_policy)
         port = self.config.metrics_port + c.local_rank if self.config.metrics_port else 0
         labels = self.recovery.labels(c)
         self.reporter = Reporter(self.config, labels, port, c.process_restarts, sampler)
-        self.persistence = Persistence(self, self.recovery.live)
+        self.persistence = Persistence(
+            self.config,
+            self.state,
+            lambda: SavePoint(self.progress, self.world_size, self.commits.job_process_restarts),
+            lambda step: self.reporter.update(last_saved_step=step, last_saved_timestamp_seconds=time.time()),
+            live=self.recovery.live,
+            sampler=sampler,
+        )
+        parts = (self.health, self.persistence, self.reporter, self.stop, self.recovery.membership_changed)
+        self.commits = Committer(self.device, *parts, restarted=c.process_restarts != 0)
+        self.loss_rules = LossActions(self.config.loss_rules, self.persistence, self.reporter, env)
 
     # -- read-only facts (docs/runtime-api.md) ---------------------------------------------------------------
 
@@ -175,48 +180,52 @@ class Elastic:
         finally:
             self._close()
 
-    def after_step(self, step: Step) -> None:
+    def after_step(self, step: Step) -> bool:
         """The step boundary (collective): a loss rule's action, the mode acts on the verdict, then the
-        cadence of saves."""
+        cadence of saves. True when the generation ends after this step (the membership changed)."""
         assert step.verdict is not None
         if step.firing is not None:
-            self._act_on(step, step.firing)
-        if not self.recovery.at_boundary(self, step):
-            self.persistence.at_step_end(step.verdict.busy)
+            restored = self.loss_rules.act(step.firing, self.rank)
+            if restored is not None:  # rolled back
+                self.progress = restored
+                self.recovery.completed(self)
+        if self.recovery.at_boundary(self, step):
+            return True
+        self.persistence.at_step_end(step.verdict.busy)
+        return False
 
-    def agreed(self, verdict: Verdict) -> None:
-        """A commit's verdict: straggler detection and the job's count of restarted programs."""
-        self.health.observe(verdict.compute_seconds, self.rank)
-        self.restart_announced = True
-        self.job_process_restarts = verdict.process_restarts
-        self.reporter.update(job_process_restarts=self.job_process_restarts)
+    # -- what a step asks of the loop (llm_elastic.step.StepHost) --------------------------------------------
+
+    @property
+    def step_module(self) -> nn.Module:
+        """The model as wrapped for the generation."""
+        return self.wrapped.module
+
+    def signals(self, started: float) -> tuple[Signals, Evicted | None]:
+        """This member's flags for the step's commit (:class:`~llm_elastic.committer.Committer`)."""
+        return self.commits.signals(started)
+
+    def commit(self, value: torch.Tensor | float, signals: Signals, mean: bool) -> Verdict:
+        """The step's one collective (:class:`~llm_elastic.committer.Committer`)."""
+        return self.commits.commit(value, signals, mean, self.rank, self.world_size)
+
+    def peer_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` in a step means a lost peer (the mode judges), not a local failure."""
+        return self.recovery.peer_lost(exc)
+
+    def discard(self) -> None:
+        """Nothing of the step reaches the weights: its gradients go."""
+        self.state.zero_grad()
+
+    def abandon(self) -> None:
+        """The loop's own code failed (or exited) inside a step: that exception is the loop's, raised in its
+        own frame, so it never passes through :meth:`steps`; leave here, at once, so the others re-form
+        without waiting for the lease."""
+        self.leave_now()
 
     def judge_loss(self, verdict: Verdict, step: int) -> Firing | None:
-        """A commit's verdict for the loss rules: the rule that fires (reported here), or None."""
-        firing = self.loss_guard.judge(verdict.nonfinite, step)
-        if firing is not None:
-            self.reporter.rule_fired(firing)
-        return firing
-
-    def _act_on(self, step: Step, firing: Firing) -> None:
-        """At the boundary of a step a loss rule dropped: roll back, or end the program (collective)."""
-        if firing.action == ROLLBACK:
-            restored = self.persistence.rollback()
-            if restored is None:
-                return
-            self.loss_guard.reset()
-            self.progress = restored
-            self.persistence.restored = replace(
-                self.persistence.restored, resumed_from=restored.step, source="memory"
-            )
-            self.recovery.completed(self)
-            self.reporter.event("rolled-back", step=firing.step, to=restored.step, rule=firing.rule)
-            return
-        if firing.ends:
-            line = firing.termination_line()
-            write_termination_message(line, self.contract_env)
-            log.error("%s: ending the program (exit %d)", line, EXIT_RULE_FIRED)
-            raise Leave(EXIT_RULE_FIRED)
+        """A commit's verdict for the loss rules: the rule that fires (reported), or None."""
+        return self.loss_rules.judge(verdict.nonfinite, step)
 
     def complete(self, step: Step) -> None:
         """The step ended (applied, or dropped by a loss rule): count it, report it."""
@@ -244,11 +253,12 @@ class Elastic:
             timedelta(seconds=self.config.live_collective_timeout),
             self.health.wrap_clock,
         )
-        self.loss_guard.reset()  # a streak of broken steps counts within one generation
+        self.loss_rules.reset()  # a streak of broken steps counts within one generation
         self.wrapped = self.wrap_policy.wrap(self.state.model, self.state.optimizers, gen)
         self.state.replace(self.wrapped.base, self.wrapped.optimizers)
         replicated = self.wrapped.shard_size == 1 and self.wrap_policy.elastic
-        key = layout_key(self) if self.config.snapshot_every else ""
+        shard_size, meta = self.wrap_policy.shard_size, self.config.meta
+        key = layout_key(self.state.model, shard_size, meta) if self.config.snapshot_every else ""
         self.persistence.open(self.rank, self.world_size, self.contract.local_world_size, key, replicated)
         self.reporter.open(self.rank)
 
@@ -266,7 +276,7 @@ class Elastic:
         restored = self.persistence.restore(self.rank)
         if restored is None:
             return None
-        progress, self.job_process_restarts = restored
+        progress, self.commits.job_process_restarts = restored
         return progress
 
     # -- leaving --------------------------------------------------------------------------------------------
@@ -279,8 +289,10 @@ class Elastic:
         self.recovery.leave()
 
     def _close(self) -> None:
-        self.persistence.wait()
+        """Leave first (the others re-form at once), then drop what the mode holds (in process: a generation
+        a Leave or an error left open), then wait for a checkpoint still persisting."""
         self.leave_now()
         self.recovery.close()
+        self.persistence.wait()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -12,27 +12,71 @@ import logging
 import math
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from llm_elastic import commit as wire
 from llm_elastic.commit import Signals, Verdict
 from llm_elastic.errors import Evicted, StepDropped, UsageError
 from llm_elastic.loss_rules import Firing
 
-if TYPE_CHECKING:
-    from llm_elastic.session import Elastic
-
 log = logging.getLogger("llm_elastic")
+
+
+class StepHost(Protocol):
+    """What a step needs of the loop that runs it (``Elastic``): the facts it shows, the signals it reports,
+    the commit, and the step's ends."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+    @property
+    def step_module(self) -> nn.Module:
+        """The model as wrapped for the generation."""
+        ...
+
+    def signals(self, started: float) -> tuple[Signals, Evicted | None]:
+        """This member's flags for the commit (and the eviction it found, to act on at the boundary)."""
+        ...
+
+    def commit(self, value: torch.Tensor | float, signals: Signals, mean: bool) -> Verdict:
+        """The step's one collective: what the members agreed on."""
+        ...
+
+    def judge_loss(self, verdict: Verdict, step: int) -> Firing | None:
+        """The loss rule the verdict fires, or None."""
+        ...
+
+    def peer_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means a lost peer (the step is discarded), not a local failure."""
+        ...
+
+    def complete(self, step: Step) -> None:
+        """The step ended (applied, or dropped by a loss rule): count it, report it."""
+        ...
+
+    def discard(self) -> None:
+        """Nothing of the step reaches the weights: its gradients go."""
+        ...
+
+    def abandon(self) -> None:
+        """The loop's own code ended the step with an error (or an exit): the process leaves the job."""
+        ...
 
 
 class Step:
     """One training step: a context manager that discards the step when a peer is lost mid-step."""
 
-    def __init__(self, session: Elastic, index: int) -> None:
-        self._session = session
+    def __init__(self, host: StepHost, index: int) -> None:
+        self._host = host
         self.index = index
         """0-based index of this step (the number of steps completed before it)."""
         self.committed = False
@@ -56,32 +100,32 @@ class Step:
     @property
     def rank(self) -> int:
         """This process's rank in the current generation."""
-        return self._session.rank
+        return self._host.rank
 
     @property
     def world_size(self) -> int:
         """Members (processes) training this step."""
-        return self._session.world_size
+        return self._host.world_size
 
     @property
     def model(self) -> nn.Module:
         """The model to call this step (wrapped for the generation: DDP, HSDP, or as given)."""
-        return self._session.wrapped.module
+        return self._host.step_module
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
         """The (first) optimizer; a new object per generation only under HSDP."""
-        return self._session.optimizers[0]
+        return self._host.optimizers[0]
 
     @property
     def device(self) -> torch.device:
         """This process's device (its GPU, or the CPU)."""
-        return self._session.device
+        return self._host.device
 
     @property
     def generation(self) -> int:
         """The generation number (restart mode: torchelastic's restart count)."""
-        return self._session.generation
+        return self._host.generation
 
     def record(self, **fields: Any) -> None:
         """Add JSON-serialisable fields to this step's line in the step log."""
@@ -99,30 +143,12 @@ class Step:
         code after it in ``with step:`` does not run on any member, and the step counts as skipped."""
         if self.committed:
             raise UsageError("step.commit() was called twice in one step")
-        s = self._session
-        changed = False
-        try:
-            changed = s.recovery.membership_changed()
-        except Evicted as exc:  # leave at this step boundary, after the others summed this step with us
-            self.evicted = exc
-        stopping = s.stop.requested
-        leaving = self.evicted is not None or s.health.unhealthy is not None
-        signals = Signals(
-            changed=changed or stopping or leaving,
-            stopping=stopping,
-            busy=s.persistence.busy,
-            restart_announced=s.restart_announced,
-            compute_seconds=s.health.compute_seconds(self.started),
-            process_restarts=s.job_process_restarts,
-        )
-        reduced = s.wire.reduce(value, signals, s.rank, s.world_size)
-        s.persistence.before_update()  # staging copies must have read the parameters
-        verdict = s.wire.read(wire.host_values(reduced), signals, s.world_size, mean)
+        signals, self.evicted = self._host.signals(self.started)
+        verdict = self._host.commit(value, signals, mean)
         self.verdict = verdict
-        s.agreed(verdict)
         self.loss = verdict.value
         self.committed = True
-        self.firing = s.judge_loss(verdict, self.index + 1)
+        self.firing = self._host.judge_loss(verdict, self.index + 1)
         if self.firing is not None and self.firing.drops:
             raise StepDropped(f"rule {self.firing.rule!r}: step {self.index + 1} is dropped by every member")
         return self.loss
@@ -136,34 +162,30 @@ class Step:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        s = self._session
+        s = self._host
         if exc is None:
             if not self.committed:
-                s.leave_now()
+                s.abandon()
                 raise UsageError("a step ended without step.commit(): call it after backward()")
             s.complete(self)
             return False
         if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-            s.leave_now()
+            s.abandon()
             return False
         if isinstance(exc, StepDropped) and self.firing is not None:
             self.dropped = True
-            self._discard()
+            s.discard()
             s.complete(self)
             return True
-        if s.recovery.peer_lost(exc):
+        if s.peer_lost(exc):
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.warning(
                 "generation %d: a peer is gone during step %d (%s)", s.generation, self.index + 1, first
             )
             self.peer_lost = True
-            self._discard()
+            s.discard()
             return True
         # A local failure: leave at once so that the others re-form without waiting for the lease.
         log.error("step %d failed in this process (%s): leaving the job", self.index + 1, type(exc).__name__)
-        s.leave_now()
+        s.abandon()
         return False
-
-    def _discard(self) -> None:
-        """Nothing of this step reaches the weights: its gradients go."""
-        self._session.state.zero_grad()

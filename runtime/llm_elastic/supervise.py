@@ -33,16 +33,13 @@ import argparse
 import contextlib
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import IO
 
 from llm_elastic.cli_errors import ExitOnErrorParser
 from llm_elastic.contract import PROCESS_RESTARTS_ENV
@@ -50,134 +47,18 @@ from llm_elastic.errors import EXIT_RULE_FIRED
 from llm_elastic.health import DEFAULT_TERMINATION_LOG, EXIT_UNHEALTHY, TERMINATION_LOG_ENV
 from llm_elastic.logrules import Firing, LogRules, RuleError
 from llm_elastic.logrules import parse as parse_rules
+from llm_elastic.watched import Output, Watched
 
 FINAL = frozenset({0, 2, 3, 4, 5, EXIT_UNHEALTHY, EXIT_RULE_FIRED})
 """Exit codes passed on without a restart: the program's own final answers, including a rule's
 (:data:`EXIT_RULE_FIRED`: restartJob or failJob, from a log rule here or a loss rule in the program)."""
 KILL_GRACE = 10.0
 """Seconds a program stopped by a rule gets after SIGTERM (its process group), before SIGKILL."""
-CHUNK = 1 << 16
-MAX_LINE = 1 << 16
-"""Bytes of one line the rules see (the output passes through whole)."""
 
 
 def termination_line(firing: Firing) -> str:
     """The termination message of a worker a rule ended (read by the operator, docs/CONTRACTS.md)."""
     return f"rule-fired: {firing.rule} {firing.action}: {firing.detail}"[:1024]
-
-
-class _Output:
-    """Writes to the supervisor's own stdout/stderr, whole chunks under one lock per stream."""
-
-    def __init__(self) -> None:
-        self.locks = {1: threading.Lock(), 2: threading.Lock()}
-
-    def write(self, fd: int, data: bytes) -> None:
-        with self.locks[fd]:
-            view = memoryview(data)
-            while view:
-                try:
-                    view = view[os.write(fd, view) :]
-                except BlockingIOError:  # pragma: no cover - a non-blocking reader of our stdout
-                    time.sleep(0.001)
-                except OSError:  # our stdout is gone: keep reading, or the program blocks on a full pipe
-                    return
-
-    def event(self, event: dict[str, object]) -> None:
-        self.write(1, (json.dumps(event) + "\n").encode())
-
-
-class _Watched:
-    """One run of the program with its output read, passed through and matched against the rules."""
-
-    def __init__(self, child: subprocess.Popen[bytes], rules: LogRules, out: _Output) -> None:
-        self.child = child
-        self.rules = rules
-        self.out = out
-        self.lock = threading.Lock()
-        self.firings: queue.Queue[Firing] = queue.Queue()
-        self.readers = [
-            threading.Thread(target=self._read, args=(stream, fd), daemon=True)
-            for stream, fd in ((child.stdout, 1), (child.stderr, 2))
-            if stream is not None
-        ]
-        for reader in self.readers:
-            reader.start()
-
-    def _read(self, stream: IO[bytes], fd: int) -> None:
-        pending = b""
-        raw = stream.fileno()
-        while True:
-            try:
-                data = os.read(raw, CHUNK)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            self.out.write(fd, data)  # every byte, unchanged, before it is looked at
-            pending += data
-            *lines, pending = pending.split(b"\n")
-            if len(pending) > MAX_LINE:
-                lines.append(pending[:MAX_LINE])
-                pending = b""
-            self._match(lines)
-        if pending:
-            self._match([pending])
-
-    def _match(self, lines: list[bytes]) -> None:
-        if not lines:
-            return
-        now = time.monotonic()
-        with self.lock:
-            found = [f for line in lines for f in self.rules.line(line[:MAX_LINE].rstrip(b"\r"), now)]
-        for firing in found:
-            self.firings.put(firing)
-
-    def wait(self) -> tuple[int | None, Firing | None]:
-        """Until the program exits (its code) or a rule fires (the firing, the program still running)."""
-        while True:
-            try:
-                return None, self.firings.get_nowait()
-            except queue.Empty:
-                pass
-            code = self.child.poll()
-            if code is not None:
-                for reader in self.readers:
-                    reader.join(timeout=5)
-                try:  # a line written just before the exit still counts
-                    return None, self.firings.get_nowait()
-                except queue.Empty:
-                    return code, None
-            with self.lock:
-                due = self.rules.tick(time.monotonic())
-                next_due = self.rules.next_due()
-            for firing in due:
-                self.firings.put(firing)
-            if due:
-                continue
-            timeout = POLL if next_due is None else max(0.0, min(POLL, next_due - time.monotonic()))
-            try:
-                return None, self.firings.get(timeout=timeout)
-            except queue.Empty:
-                continue
-
-    def stop(self, grace: float) -> int:
-        """SIGTERM the program's process group, SIGKILL after ``grace`` seconds; its exit code."""
-        for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.child.pid, signum)
-            try:
-                code = self.child.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-            for reader in self.readers:
-                reader.join(timeout=5)
-            return code
-        return self.child.wait()
-
-
-POLL = 0.2
-"""Seconds between two looks at the program and the rules' clocks while nothing happens."""
 
 
 def should_restart(code: int) -> bool:
@@ -231,6 +112,39 @@ def _finish(firing: Firing, code: int) -> int:
     return code
 
 
+def _start(program: list[str], watched: bool, restarts: int) -> subprocess.Popen[bytes]:
+    """Start the program (``$LLMJOB_PROCESS_RESTARTS`` set); watched: its output piped, in its own process
+    group, so a rule stops everything it started."""
+    env = dict(os.environ, **{PROCESS_RESTARTS_ENV: str(restarts)})
+    if not watched:
+        return subprocess.Popen(program, env=env)
+    return subprocess.Popen(
+        program, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def _wait(
+    child: subprocess.Popen[bytes],
+    rules: LogRules | None,
+    out: Output,
+    kill_grace: float,
+    stopping: Callable[[], bool],
+) -> tuple[int, Firing | None]:
+    """Until the program ends: its exit code, and the rule that stopped it (None: it ended on its own)."""
+    if rules is None:
+        return child.wait(), None
+    rules.start(time.monotonic())
+    watched = Watched(child, rules, out)
+    while True:
+        result, firing = watched.wait()
+        if firing is None:
+            return (result if result is not None else child.wait()), None
+        out.event(firing.event(time.time()))
+        if firing.action == "event" or stopping():
+            continue
+        return watched.stop(kill_grace), firing
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     child: subprocess.Popen[bytes] | None = None
@@ -245,23 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     rules = LogRules(args.rules) if args.rules else None
-    out = _Output()
+    out = Output()
     restarts = rule_restarts = 0
     while True:
         if stop_signal is not None:  # told to stop before (or between) starts: start nothing more
             return 128 + stop_signal
-        env = dict(os.environ, **{PROCESS_RESTARTS_ENV: str(restarts)})
         try:
-            if rules is None:
-                child = subprocess.Popen(args.program, env=env)
-            else:  # its own process group, so a rule stops everything it started
-                child = subprocess.Popen(
-                    args.program,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                )
+            child = _start(args.program, rules is not None, restarts)
         except OSError as exc:
             print(
                 f"python -m llm_elastic.supervise: error: cannot start {args.program[0]!r}: {exc}",
@@ -270,22 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 127
         if stop_signal is not None:  # the signal came while the child was being started
             child.send_signal(stop_signal)
-        firing: Firing | None = None
-        if rules is None:
-            code = child.wait()
-        else:
-            rules.start(time.monotonic())
-            watched = _Watched(child, rules, out)
-            while True:
-                result, firing = watched.wait()
-                if firing is None:
-                    code = result if result is not None else child.wait()
-                    break
-                out.event(firing.event(time.time()))
-                if firing.action == "event" or stop_signal is not None:
-                    continue
-                code = watched.stop(args.kill_grace)
-                break
+        code, firing = _wait(child, rules, out, args.kill_grace, lambda: stop_signal is not None)
         if firing is not None and stop_signal is None:
             if firing.action == "restartWorker" and rule_restarts < args.max_rule_restarts:
                 rule_restarts += 1

@@ -91,26 +91,29 @@ def synchronise(
     best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
     if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
         return progress, None
-    candidates = [r for r in range(world) if steps[r] == best and (not fresh[r] or all(fresh))]
-    if shard_size > 1:  # the source must be a host whose every shard holds that step
-        candidates = [
-            r
-            for r in candidates
-            if all(
-                steps[q] == best and not fresh[q]
-                for q in range(r - r % shard_size, r - r % shard_size + shard_size)
-            )
-            or all(fresh)
-        ]
-        if not candidates:
-            raise StateLost(f"no host holds every shard of step {best}")
-    source = min(candidates)
+    source = _source(steps, fresh, best, shard_size)
     me = dist.get_rank(group)
     # The member of the source's host with my shard index (itself with one process per host).
     sender = source - source % shard_size + me % shard_size
     receiving = me != sender
     if on_receive is not None and receiving:
         on_receive()
+    tensor_group = replica_group if shard_size > 1 else group
+    return _transfer(state, progress, source, sender, group, tensor_group), source
+
+
+def _transfer(
+    state: TrainState,
+    progress: Progress,
+    source: int,
+    sender: int,
+    group: dist.ProcessGroup | None,
+    tensor_group: dist.ProcessGroup | None,
+) -> Progress:
+    """Collective: the source's progress, tensor layout and extras to all, each tensor from ``sender`` (the
+    source's host member with this rank's shard); the receivers load them. Returns the agreed progress."""
+    me = dist.get_rank(group)
+    receiving = me != sender
     header: list[Any] = [None]
     if me == source:
         with_optimizer = state.has_optimizer_state()  # a source that never stepped sends none
@@ -123,7 +126,6 @@ def synchronise(
     dist.broadcast_object_list(header, src=_global_rank(source, group), group=group)
     sent = header[0]
     tensors = state.tensors_state(sent["with_optimizer"])
-    tensor_group = replica_group if shard_size > 1 else group
     with torch.no_grad():
         for _path, tensor in tensor_leaves(tensors):
             part = local_part(tensor)
@@ -134,7 +136,27 @@ def synchronise(
     elif me != source:  # a source replica's other shard: same tensors, but take the source's extras
         state.load_extras_state(sent["extras"])
     agreed: Progress = sent["progress"]
-    return Progress(agreed.step, agreed.last_loss, fresh=False, restarts=agreed.restarts), source
+    return Progress(agreed.step, agreed.last_loss, fresh=False, restarts=agreed.restarts)
+
+
+def _source(steps: list[int], fresh: list[bool], best: int, shard_size: int) -> int:
+    """The lowest rank holding step ``best`` (any, when every member is new); with shards, on a host whose
+    every shard holds that step (:class:`StateLost` when no host does)."""
+    world = len(steps)
+    candidates = [r for r in range(world) if steps[r] == best and (not fresh[r] or all(fresh))]
+    if shard_size > 1:
+        candidates = [
+            r
+            for r in candidates
+            if all(
+                steps[q] == best and not fresh[q]
+                for q in range(r - r % shard_size, r - r % shard_size + shard_size)
+            )
+            or all(fresh)
+        ]
+        if not candidates:
+            raise StateLost(f"no host holds every shard of step {best}")
+    return min(candidates)
 
 
 def _global_rank(rank: int, group: dist.ProcessGroup | None) -> int:

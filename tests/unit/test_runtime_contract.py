@@ -134,6 +134,7 @@ def test_the_supervisor_loads_only_what_it_needs_so_its_signal_handlers_come_fir
         "llm_elastic.errors",
         "llm_elastic.health",  # the termination message file and exit 78 (stdlib only)
         "llm_elastic.logrules",  # log rules (re2, a C extension)
+        "llm_elastic.watched",  # the program's output read through the rules (stdlib only)
     }
     assert "torch" not in loaded and "numpy" not in loaded
 

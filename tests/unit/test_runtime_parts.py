@@ -108,30 +108,27 @@ def test_the_step_log_line_has_the_fields_it_always_had(tmp_path: Path) -> None:
     assert (line["sample_start"], line["sample_end"]) == (8, 12) and "tokens" not in line
 
 
-class _Session:
-    """What Persistence reads of the facade, for the cadence alone."""
-
-    def __init__(self, config: ElasticConfig) -> None:
-        from llm_elastic.transfer import Progress
-
-        self.config = config
-        self.progress = Progress(0, 0.0, False)
-
-
 @pytest.mark.parametrize(
     ("busy", "want"),
     [(False, [("snapshot", 4), ("save", 4), ("snapshot", 6)]), (True, [("snapshot", 4), ("save", 4)])],
 )
 def test_persistence_decides_itself_when_to_save(busy: bool, want: list[tuple[str, int]]) -> None:
-    from llm_elastic.persistence import Persistence
+    from llm_elastic.persistence import Persistence, SavePoint
+    from llm_elastic.transfer import Progress
 
     config = ElasticConfig(total_steps=8, snapshot_every=2, checkpoint_every=4)
-    session = _Session(config)
-    persistence = Persistence(session, live=True)  # type: ignore[arg-type]  # a stand-in facade
+    progress = Progress(0, 0.0, False)
+    persistence = Persistence(
+        config,
+        None,  # type: ignore[arg-type]  # the cadence reads no state
+        lambda: SavePoint(progress, 1, 0),
+        lambda step: None,
+        live=True,
+    )
     done: list[tuple[str, int]] = []
-    persistence.snapshot = lambda: done.append(("snapshot", session.progress.step))  # type: ignore[method-assign]
-    persistence.save = lambda: done.append(("save", session.progress.step))  # type: ignore[method-assign]
+    persistence.snapshot = lambda: done.append(("snapshot", progress.step))  # type: ignore[method-assign]
+    persistence.save = lambda: done.append(("save", progress.step))  # type: ignore[method-assign]
     for at in (3, 4, 6, 8):  # the last step is left to final_save
-        session.progress.step = at
+        progress.step = at
         persistence.at_step_end(busy=busy and at != 4)
     assert done == want  # a busy copy skips the snapshot; the checkpoint cadence does not care

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from llm_elastic.errors import Evicted, RunFinished
 from llm_elastic.live import layout
 from llm_elastic.live.changes import Changes
+from llm_elastic.live.keys import evict, evict_host, live_members, read_generation
 from llm_elastic.live.layout import Action, Generation
 from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
 from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
@@ -32,36 +33,6 @@ OUTAGE_RETRY_SECONDS = 1.0
 
 
 __all__ = ["Evicted", "Membership", "RunFinished", "evict", "evict_host", "live_members", "read_generation"]
-
-
-def evict(client: EtcdClient, prefix: str, member: str) -> bool:
-    """Remove ``member`` from the job under ``prefix`` at once; True when it was a member.
-
-    The survivors see the deletion through their watch and re-form without waiting for a lease to expire.
-    """
-    return client.delete(layout.member_key(prefix, member))
-
-
-def evict_host(client: EtcdClient, prefix: str, host: str) -> int:
-    """Remove every member of pod/host ``host`` (member ids ``<host>.<n>``, the driver's default) at once;
-    returns how many were removed. This is what the operator calls when it sees a node die."""
-    if not layout.valid_member_id(host):
-        raise ValueError(f"host {host!r} must be printable ASCII without '/'")
-    return client.delete_prefix(f"{layout.members_prefix(prefix)}{host}.")
-
-
-def live_members(client: EtcdClient, prefix: str) -> list[str]:
-    """Ids of the members whose keys exist now, sorted."""
-    folder = layout.members_prefix(prefix)
-    return [key[len(folder) :] for key in client.keys_with_prefix(folder)]
-
-
-def read_generation(client: EtcdClient, prefix: str) -> tuple[Generation | None, int | None]:
-    """The stored generation and its mod revision (None, None when there is none yet)."""
-    kv = client.get(layout.generation_key(prefix))
-    if kv is None:
-        return None, None
-    return Generation.decode(kv.value), kv.mod_revision
 
 
 class Membership:
@@ -160,10 +131,6 @@ class Membership:
             self.client.put(layout.step_key(self.prefix), str(self.last_step).encode())
         log.warning("etcd lost this member's keys; registered again as %s", self.member)
 
-    def is_live(self) -> bool:
-        """Whether this member's key still exists."""
-        return self.client.get(layout.member_key(self.prefix, self.member)) is not None
-
     def differs(self, generation: Generation) -> bool:
         """Whether the live members or the stored generation no longer match ``generation`` (one read
         each; take a mark of :attr:`changes` before calling it)."""
@@ -240,13 +207,6 @@ class Membership:
         if not differs:
             self.checked = mark
         return differs
-
-    def forget_generation(self, number: int) -> None:
-        """Delete what belonged to generation ``number`` (its arrivals and store)."""
-        try:
-            self.client.delete_prefix(layout.generation_prefix(self.prefix, number))
-        except EtcdError as exc:
-            log.warning("could not clean generation %d: %s", number, exc)
 
     def next_generation(
         self, left: int, min_members: int, timeout: float, check: Callable[[], None] | None = None
@@ -326,10 +286,6 @@ class Membership:
                 return False
             self.changes.wait(mark, POLL_SECONDS)
         return False
-
-    def finish(self) -> None:
-        """Mark the run done (rank 0 at the end)."""
-        self.client.put(layout.done_key(self.prefix), b"1")
 
     def leave(self) -> None:
         """Stop watching, delete this member's key (revoking the lease) and close."""
