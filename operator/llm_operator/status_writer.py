@@ -66,12 +66,13 @@ class StatusWriter:
         previous = self.written if self.written is not None else dict(body.get("status") or {})
         diff = changes(previous, fields)
         now = time.monotonic()
-        if not diff:
+        hold_until = (self.last_write or 0.0) + HOLD_SECONDS
+        if diff and diff <= HELD_FIELDS and self.last_write is not None and now < hold_until:
+            self.due = hold_until
+            return
+        if diff:
+            await self.kube.patch_job_status(self.namespace, self.name, fields)
+            self.written = {**previous, **fields}
+            self.last_write = now
+        if patch is None:  # all of the decision is written (or was): nothing held; a partial record holds on
             self.due = None
-            return
-        if diff <= HELD_FIELDS and self.last_write is not None and now < self.last_write + HOLD_SECONDS:
-            self.due = self.last_write + HOLD_SECONDS
-            return
-        await self.kube.patch_job_status(self.namespace, self.name, fields)
-        self.written = {**previous, **fields}
-        self.last_write, self.due = now, None
