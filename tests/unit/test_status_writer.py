@@ -78,3 +78,13 @@ def test_counters_alone_wait_for_the_hold_and_any_other_change_writes_them_at_on
     assert kube.called("patch_job_status")[-1][2]["readyReplicas"] == 5 and status.due is None
     asyncio.run(status.write(BODY, {"phase": "Running", "replicas": 8, "readyReplicas": 8}))
     assert len(kube.called("patch_job_status")) == 3, "a phase change is written at once"
+
+
+def test_a_partial_record_leaves_a_held_counter_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status_writer.time, "monotonic", lambda: 100.0)
+    status, kube = writer()
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 0}))
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8}))
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "reason": "X"}, {"reason": "X"}))
+    assert kube.called("patch_job_status")[-1][2] == {"reason": "X"}
+    assert status.due == 100.0 + HOLD_SECONDS, "the count is still to be written"
