@@ -72,9 +72,9 @@ class RunningJobs:
         self.settings = settings
         self.controllers: dict[JobKey, JobController] = {}
         self.node_health: dict[str, NodeHealth | None] = {}
+        """Each node's health as last seen: node events that change none of it (heartbeats) wake nobody."""
         self.job_facts: dict[JobKey, Hashable] = {}
         """Each job's ``job_facts`` as last seen: events that change none of them wake nobody."""
-        """Each node's health as last seen: node events that change none of it (heartbeats) wake nobody."""
         self.ghosts = Ghosts()
         """Worker pods the index holds although they are gone (``llm_operator.ghosts``)."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
