@@ -199,6 +199,8 @@ def with_refusals(
     status: Mapping[str, Any], previous: Mapping[str, Any], applied: Applied, generation: int
 ) -> dict[str, Any]:
     """The pass's status with condition ``WorkersRefused`` (``llm_operator.policy.refusals``) added."""
+    if applied.refused and "replicas" in status:  # the plan counted them: they were never created
+        status = {**status, "replicas": max(0, int(status["replicas"]) - len(applied.refused))}
     before = list(previous.get("conditions") or [])
     cond = refusal_condition(before, applied.refused, len(applied.created), generation)
     if cond is None:

@@ -192,6 +192,8 @@ class JobController:
             due.append(decided.requeue_at - time.time())
         if audit_at is not None:
             due.append(audit_at - time.monotonic())
+        if self.status.due is not None:  # a held counter change (``status_writer``)
+            due.append(self.status.due - time.monotonic())
         return max(MIN_WAIT, min(due))
 
 

@@ -18,7 +18,7 @@ import kopf
 from llm_operator import labels
 from llm_operator.api.models import GROUP, PLURAL, VERSION
 from llm_operator.builders.workload import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
-from llm_operator.jobs import MEMO_KEY, RunningJobs, running_jobs
+from llm_operator.jobs import MEMO_KEY, RunningJobs, job_facts, running_jobs
 from llm_operator.kopf_private import daemon_without_finalizer
 from llm_operator.kube import Kube, connect
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
@@ -101,9 +101,11 @@ async def node_changed(
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_changed(namespace: str | None, name: str, type: str, memo: kopf.Memo, **_: Any) -> None:
-    """Spec or scale changed: wake the job's controller."""
-    running_jobs(memo).job_changed((namespace or "", name), deleted=type == "DELETED")
+async def job_changed(
+    body: kopf.Body, namespace: str | None, name: str, type: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """Spec, scale or metadata changed: wake the job's controller (its own status writes do not)."""
+    running_jobs(memo).job_changed((namespace or "", name), type == "DELETED", job_facts(dict(body)))
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)

@@ -8,7 +8,7 @@ same process (the in-process tests, the demo) starts with nothing left over.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -30,6 +30,19 @@ JobKey = tuple[str, str]
 NodeHealth = tuple[bool, bool, tuple[tuple[str, str], ...]]
 """(ready, unschedulable, taints as (key, effect) and failing conditions as ("condition:<type>", "")): what
 a node event must change to wake jobs (a condition that clears is room coming back, like a taint)."""
+
+
+def job_facts(body: Mapping[str, Any]) -> Hashable:
+    """What of a job's object a pass reads beyond its status: generation (spec and scale), labels,
+    annotations, deletion. An event that changes none of it (the controller's own status write) wakes
+    nobody: the controller plans from the status it decided, never from the watched one."""
+    meta = body.get("metadata") or {}
+    return (
+        meta.get("generation"),
+        tuple(sorted((meta.get("labels") or {}).items())),
+        tuple(sorted((meta.get("annotations") or {}).items())),
+        meta.get("deletionTimestamp"),
+    )
 
 
 def node_health(view: NodeView, deleted: bool) -> NodeHealth | None:
@@ -60,6 +73,8 @@ class RunningJobs:
         self.controllers: dict[JobKey, JobController] = {}
         self.node_health: dict[str, NodeHealth | None] = {}
         """Each node's health as last seen: node events that change none of it (heartbeats) wake nobody."""
+        self.job_facts: dict[JobKey, Hashable] = {}
+        """Each job's ``job_facts`` as last seen: events that change none of them wake nobody."""
         self.ghosts = Ghosts()
         """Worker pods the index holds although they are gone (``llm_operator.ghosts``)."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
@@ -127,10 +142,16 @@ class RunningJobs:
             if key in on_node or (improved and not controller.at_size):
                 controller.wake_up()
 
-    def job_changed(self, key: JobKey, deleted: bool) -> None:
-        """Spec or scale changed: wake the job's controller. Deleted: end its loop (no finalizer; the
-        children go by ownerReferences) and drop its metrics."""
+    def job_changed(self, key: JobKey, deleted: bool, facts: Hashable = None) -> None:
+        """Spec, scale or metadata changed (``facts``, see :func:`job_facts`; None: always): wake the job's
+        controller. Deleted: end its loop (no finalizer; the children go by ownerReferences) and drop its
+        metrics."""
+        if not deleted and facts is not None:
+            if self.job_facts.get(key) == facts:
+                return
+            self.job_facts[key] = facts
         if deleted:
+            self.job_facts.pop(key, None)
             metrics.forget_job(*key)
             controller = self.controllers.get(key)
             if controller is not None:

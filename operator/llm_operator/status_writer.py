@@ -4,19 +4,34 @@ Every status write of a job goes through :meth:`StatusWriter.write`: the record 
 (``llm_operator.apply`` carried it out) and the RuntimeResolved=False record of a pass that could not
 resolve the job's runtime. A write is one merge patch, sent only when a field differs from what was
 written last; watches lag behind, so the next pass starts from the decided status, not the watched one.
+
+A write that changes only the counters of :data:`HELD_FIELDS` (workers coming up one by one while a job
+starts) waits until :data:`HOLD_SECONDS` after the last write: :attr:`StatusWriter.due` tells the controller
+when to pass again, and any other change (phase, conditions, a restart) writes everything at once.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from llm_operator.kube import Kube
 
+HELD_FIELDS = frozenset({"replicas", "readyReplicas"})
+"""Counters whose change alone waits for the hold (``docs/decisions.md``: status writes at start)."""
+HOLD_SECONDS = 5.0
+"""A held counter is written at the latest this long after the previous write."""
+
 
 def changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether a merge patch of ``new`` would change any field of ``previous``."""
-    return any(previous.get(k) != v for k, v in new.items())
+    return bool(changes(previous, new))
+
+
+def changes(previous: Mapping[str, Any], new: Mapping[str, Any]) -> set[str]:
+    """The fields of ``new`` that a merge patch would change in ``previous``."""
+    return {k for k, v in new.items() if previous.get(k) != v}
 
 
 class StatusWriter:
@@ -30,6 +45,10 @@ class StatusWriter:
         """The status this controller decided last (the next pass starts from it)."""
         self.written: dict[str, Any] | None = None
         """The status as last written successfully."""
+        self.last_write: float | None = None
+        """``time.monotonic()`` of the last successful write."""
+        self.due: float | None = None
+        """``time.monotonic()`` by which a held change must be written (a pass then); None: none held."""
 
     def current(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The status a pass starts from: the one decided last, else the job's as watched."""
@@ -39,11 +58,21 @@ class StatusWriter:
         self, body: Mapping[str, Any], decided: dict[str, Any], patch: dict[str, Any] | None = None
     ) -> None:
         """Record ``decided`` as the job's status and merge-patch ``patch`` (default: all of ``decided``)
-        when it changes anything written before. The decision stands even if the write fails (pods were
-        already changed): the next pass plans from it and writes it again."""
+        when it changes anything written before, unless only :data:`HELD_FIELDS` change within the hold.
+        The decision stands even if the write fails (pods were already changed): the next pass plans from
+        it and writes it again."""
         self.decided = decided
         fields = decided if patch is None else patch
         previous = self.written if self.written is not None else dict(body.get("status") or {})
-        if changed(previous, fields):
+        diff = changes(previous, fields)
+        now = time.monotonic()
+        hold_until = (self.last_write or 0.0) + HOLD_SECONDS
+        if diff and diff <= HELD_FIELDS and self.last_write is not None and now < hold_until:
+            self.due = hold_until
+            return
+        if diff:
             await self.kube.patch_job_status(self.namespace, self.name, fields)
             self.written = {**previous, **fields}
+            self.last_write = now
+        if patch is None:  # all of the decision is written (or was): nothing held; a partial record holds on
+            self.due = None

@@ -7,7 +7,7 @@ from unittest import mock
 
 import pytest
 from llm_operator import jobs as jobs_module
-from llm_operator.jobs import MEMO_KEY, RunningJobs, node_health, node_improved, running_jobs
+from llm_operator.jobs import MEMO_KEY, RunningJobs, job_facts, node_health, node_improved, running_jobs
 from llm_operator.settings import Settings
 
 from .views import node, pod
@@ -117,6 +117,19 @@ def test_a_deleted_job_ends_its_loop_and_forgets_its_metrics(monkeypatch: pytest
     assert forgotten == [B, C]
 
 
+def test_the_jobs_own_status_write_does_not_wake_it_and_a_spec_or_label_change_does() -> None:
+    jobs = running(A)
+    job = {"metadata": {"generation": 1, "labels": {"q": "a"}}, "status": {"phase": "Pending"}}
+    jobs.job_changed(A, False, job_facts(job))
+    assert woken(jobs) == {A}
+    jobs.job_changed(A, False, job_facts({**job, "status": {"phase": "Running"}}))
+    assert woken(jobs) == set()
+    jobs.job_changed(A, False, job_facts({"metadata": {"generation": 2, "labels": {"q": "a"}}}))
+    assert woken(jobs) == {A}
+    jobs.job_changed(A, False, job_facts({"metadata": {"generation": 2, "labels": {"q": "b"}}}))
+    assert woken(jobs) == {A}
+
+
 def test_handlers_reach_the_start_up_object_through_their_memo_copies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -154,7 +167,10 @@ def test_handlers_reach_the_start_up_object_through_their_memo_copies(
         )
     )
     assert woken(jobs) == {A} and jobs.node_health["n1"] == (True, False, ())
-    asyncio.run(handlers.job_changed(namespace="ns", name="a", type="DELETED", memo=copy.copy(memo)))
+    gone = kopf.Body({"metadata": {"name": "a", "namespace": "ns"}})
+    asyncio.run(
+        handlers.job_changed(body=gone, namespace="ns", name="a", type="DELETED", memo=copy.copy(memo))
+    )
     assert jobs.controllers[A].deleted
     asyncio.run(handlers.cleanup(memo=memo))
     api.close.assert_awaited_once()

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from llm_operator.apply import Applied, with_refusals
 from llm_operator.policy.refusals import CONDITION, Refusal, refusal_condition, refusal_event, refusal_message
 
 PSS = 'pods "j-worker-0" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities'
@@ -51,3 +52,8 @@ def test_event_once_per_new_refusal() -> None:
     assert cond is not None and refusal_event([cond], cond) is None  # the same refusal again: no Event
     assert refusal_event([_cond("True", "other")], cond) is not None  # a different refusal: one more
     assert refusal_event([], refusal_condition([_cond("True")], [], 1, 1)) is None
+
+
+def test_refused_workers_are_not_counted_as_replicas() -> None:
+    status = with_refusals({"replicas": 4}, {}, Applied(0.0, ["j-worker-1"], REFUSED), generation=1)
+    assert status["replicas"] == 3 and status["conditions"][-1]["type"] == CONDITION

@@ -6,8 +6,9 @@ import asyncio
 from typing import Any
 
 import pytest
+from llm_operator import status_writer
 from llm_operator.kube import KubeError
-from llm_operator.status_writer import StatusWriter, changed
+from llm_operator.status_writer import HOLD_SECONDS, StatusWriter, changed
 
 from .fake_kube import FakeKube
 
@@ -59,3 +60,31 @@ def test_the_decision_stands_when_the_write_fails_and_the_next_pass_writes_it_ag
     kube.fail.clear()
     asyncio.run(status.write(BODY, {"phase": "Running"}))
     assert len(kube.called("patch_job_status")) == 2
+
+
+def test_counters_alone_wait_for_the_hold_and_any_other_change_writes_them_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers coming up one by one: one write per hold, not one per pass (bench/scale.py, issue 44)."""
+    clock = [100.0]
+    monkeypatch.setattr(status_writer.time, "monotonic", lambda: clock[0])
+    status, kube = writer()
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 0}))
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": 3}))
+    assert len(kube.called("patch_job_status")) == 1 and status.due == 100.0 + HOLD_SECONDS
+    assert status.current(BODY)["readyReplicas"] == 3  # decided, so the next pass starts from it
+    clock[0] += HOLD_SECONDS
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": 5}))
+    assert kube.called("patch_job_status")[-1][2]["readyReplicas"] == 5 and status.due is None
+    asyncio.run(status.write(BODY, {"phase": "Running", "replicas": 8, "readyReplicas": 8}))
+    assert len(kube.called("patch_job_status")) == 3, "a phase change is written at once"
+
+
+def test_a_partial_record_leaves_a_held_counter_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status_writer.time, "monotonic", lambda: 100.0)
+    status, kube = writer()
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 0}))
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8}))
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "reason": "X"}, {"reason": "X"}))
+    assert kube.called("patch_job_status")[-1][2] == {"reason": "X"}
+    assert status.due == 100.0 + HOLD_SECONDS, "the count is still to be written"

@@ -57,7 +57,7 @@ def status(s: PassState) -> None:
     waiting = min(s.demand, sum(1 for p, h in active if h.state == "pending" and p.uid not in leaving))
     record: dict[str, Any] = {
         "phase": phase,
-        "replicas": len(active),
+        "replicas": n_active,  # after the pass: its deletions terminating, its creations there
         "readyReplicas": ready,
         "targetReplicas": s.target,
         "desiredReplicas": s.desired,
