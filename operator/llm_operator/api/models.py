@@ -688,9 +688,10 @@ class LLMTrainingJobStatus(_Model):
     phase: Phase = "Pending"
     """Pending, Queued (waiting for Kueue), Running, Scaling, Restarting, Suspended, Succeeded or Failed."""
     replicas: int = 0
-    """Worker pods that exist and are not terminating (scale subresource)."""
+    """Worker pods that exist and are not terminating (scale subresource). A change of this count or of
+    readyReplicas alone is written up to 5 s late (with the next status change, whichever comes first)."""
     readyReplicas: int = 0
-    """Worker pods that are Running and Ready."""
+    """Worker pods that are Running and Ready (up to 5 s late, like replicas)."""
     targetReplicas: int = 0
     """The size the operator currently aims at (desired, or smaller after a shrink)."""
     desiredReplicas: int = 0
