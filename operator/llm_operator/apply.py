@@ -146,7 +146,7 @@ class PlanApplier:
             metrics.STALLS.inc()
         if decided.resize is not None:
             old, new, _ = decided.resize
-            metrics.RESIZES.labels("up" if new > old else "down").inc()
+            metrics.count_resize(old, new)
         made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
         return Applied(now, made_names, refused)
 

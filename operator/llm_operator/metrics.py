@@ -9,6 +9,8 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from llm_operator.observe import parse_time
+from llm_operator.policy.health import SIGNALS
+from llm_operator.policy.nodehealth import KINDS
 
 RECONCILES = Counter("llmjob_reconcile_total", "Reconcile passes")
 RECONCILE_ERRORS = Counter("llmjob_reconcile_errors_total", "Reconcile passes that raised")
@@ -82,6 +84,34 @@ TOPOLOGY_SPREAD = Gauge(
     "llmjob_topology_spread_jobs",
     "Jobs with spec.scheduling.topology whose workers span more than one domain (status.topology.spread)",
 )
+
+RESIZE_DIRECTIONS = ("up", "down")
+PROBE_RESULTS = ("answered", "failed")
+
+
+def _zeroed(counter: Counter, values: Iterable[str]) -> None:
+    """Create the counter's series at 0 for every value of its one label: ``increase()`` over a window then
+    has data (0) before the first event, and the first event counts as an increase of 1."""
+    for value in values:
+        counter.labels(value)
+
+
+_zeroed(FAILURES, SIGNALS)
+_zeroed(RESIZES, RESIZE_DIRECTIONS)
+_zeroed(PROGRESS_PROBES, PROBE_RESULTS)
+_zeroed(UNHEALTHY_NODES, KINDS)
+
+
+def count_resize(old: int, new: int) -> None:
+    """One change of a job's target size."""
+    RESIZES.labels(RESIZE_DIRECTIONS[0] if new > old else RESIZE_DIRECTIONS[1]).inc()
+
+
+def count_probes(answered: int, failed: int) -> None:
+    """One round of progress probes."""
+    for result, count in zip(PROBE_RESULTS, (answered, failed), strict=True):
+        PROGRESS_PROBES.labels(result).inc(count)
+
 
 _phases: dict[tuple[str, str], str] = {}
 _spread: set[tuple[str, str]] = set()

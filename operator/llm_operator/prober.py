@@ -109,8 +109,7 @@ class ProgressProber:
         """One round: probe the targets among ``workers`` and fold the answers in."""
         targets = probe_targets(workers)
         samples = await probe([metrics_url(p) for p in targets])
-        metrics.PROGRESS_PROBES.labels("answered").inc(len(samples))
-        metrics.PROGRESS_PROBES.labels("failed").inc(len(targets) - len(samples))
+        metrics.count_probes(len(samples), len(targets) - len(samples))
         first = self.tracker.latest is None
         self.tracker.record(samples, time.time())
         if first and self.tracker.latest is not None:

@@ -9,22 +9,10 @@ from llm_operator.reconcile import Deletion
 
 from .views import pod
 
-SIGNALS = (
-    health.NODE_DELETED,
-    health.NODE_NOT_READY,
-    health.NODE_TERMINATING,
-    health.NODE_CORDONED,
-    health.NODE_CONDITION,
-    health.POD_FAILED,
-    health.POD_EVICTED,
-    health.NODE_UNHEALTHY,
-    health.STRAGGLER,
-    health.RULE_FIRED,
-)
 GRACEFUL = {health.NODE_TERMINATING, health.NODE_CORDONED, health.RULE_FIRED}
 
 
-@pytest.mark.parametrize("signal", SIGNALS)
+@pytest.mark.parametrize("signal", health.SIGNALS)
 def test_a_lost_workers_signal_is_its_deletion_reason(signal: str) -> None:
     reason = DeletionReason(signal)
     assert f"{reason}" == signal

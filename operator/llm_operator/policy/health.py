@@ -36,6 +36,18 @@ STRAGGLER = "Straggler"
 HEALTH_SIGNALS = (NODE_UNHEALTHY, STRAGGLER)
 RULE_FIRED = "RuleFired"
 """The worker exited 79: a monitoring rule ended it (restartJob, failJob, restartWorker past its restarts)."""
+SIGNALS = (
+    NODE_DELETED,
+    NODE_NOT_READY,
+    NODE_TERMINATING,
+    NODE_CORDONED,
+    POD_FAILED,
+    POD_EVICTED,
+    NODE_CONDITION,
+    *HEALTH_SIGNALS,
+    RULE_FIRED,
+)
+"""Every signal a lost worker can carry (``Health.signal``)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# Reasons (also event reasons and the `direction` label of llmjob_resizes_total).
+# Reasons (also event reasons).
 INITIAL = "Initial"
 USER_SCALED = "UserScaled"
 SHRUNK = "Shrunk"
