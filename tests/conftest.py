@@ -296,6 +296,29 @@ def _tail(path: Path, lines: int) -> str:
     return "\n".join(text[-lines:])
 
 
+JOB_LOG_LINES = 15
+"""Lines of each container log and of the operator's log a failed cluster test's report shows."""
+
+
+def _job_logs(item: pytest.Item, pod_logs: Path) -> list[tuple[str, str]]:
+    """The tails of the failed test's own logs: its operator's (``operator-*.log`` in its tmp_path) and
+    each container's in its namespace, where a flake seen only in CI can be read."""
+    args = getattr(item, "funcargs", {})
+    sections = []
+    tmp = args.get("tmp_path")
+    for log in sorted(tmp.glob("operator-*.log")) if isinstance(tmp, Path) else []:
+        lines = [ln for ln in _tail(log, 400).splitlines() if "Handler '" not in ln]
+        sections.append(
+            (f"{log.name} of the test (last {JOB_LOG_LINES} lines)", "\n".join(lines[-JOB_LOG_LINES:]))
+        )
+    namespaces = [v for k, v in args.items() if k.endswith("namespace") and isinstance(v, str)]
+    for ns in namespaces:
+        for log in sorted((pod_logs / ns).glob("*/*.log")):
+            title = f"{log.parent.name}/{log.name} (last {JOB_LOG_LINES} lines)"
+            sections.append((title, _tail(log, JOB_LOG_LINES)))
+    return sections
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
     """Attach the tails of the control plane's logs to the report of a failed cluster test."""
@@ -313,6 +336,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                     (f"karpenter of {fixture} (last {LOG_TAIL_LINES} lines)",
                      _tail(pod_cluster.karpenter_log, LOG_TAIL_LINES))
                 )  # fmt: skip
+            report.sections.extend(_job_logs(item, pod_cluster.podrunner_dir / "logs"))
     if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
     if _session_cluster is not None:
