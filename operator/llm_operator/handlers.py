@@ -2,7 +2,7 @@
 
 Level-based: every handler only records what changed and wakes the affected job's controller;
 the controller recomputes everything from the indexes (so a restarted operator converges). What the
-handlers share is one ``llm_operator.jobs.RunningJobs``, made at start-up and carried in kopf's memo.
+handlers share is one ``llm_operator.control.jobs.RunningJobs``, made at start-up and carried in kopf's memo.
 The index and event handlers are ``async`` even where they never await: kopf runs a sync handler in a
 thread pool, one thread hop per event and handler.
 """
@@ -18,7 +18,7 @@ import kopf
 from llm_operator import labels
 from llm_operator.api.models import GROUP, PLURAL, VERSION
 from llm_operator.builders.workload import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
-from llm_operator.jobs import MEMO_KEY, RunningJobs, job_facts, running_jobs
+from llm_operator.control.jobs import MEMO_KEY, RunningJobs, job_facts, running_jobs
 from llm_operator.kopf_private import daemon_without_finalizer
 from llm_operator.kube import Kube, connect
 from llm_operator.observe import NodeView, PodView, node_view, pod_view

@@ -165,7 +165,7 @@ class Kube:
 
     async def pod_uids(self, namespace: str, selector: dict[str, str]) -> set[str]:
         """UIDs of the pods whose labels match ``selector``, by a consistent read (no resourceVersion:
-        the answer holds every pod that existed when it was asked; ``ghosts`` relies on that)."""
+        the answer holds every pod that existed when it was asked; ``control.ghosts`` relies on that)."""
         labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         try:
             response: Any = await self.core.list_namespaced_pod(

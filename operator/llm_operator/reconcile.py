@@ -1,6 +1,6 @@
 """One reconcile pass as a pure function: desired vs observed -> pods to create/delete + the new status.
 
-``plan()`` does no I/O: the caller (``llm_operator.controller``) gathers the observed pods and nodes
+``plan()`` does no I/O: the caller (``llm_operator.control.controller``) gathers the observed pods and nodes
 from kopf's indexes, applies the plan and writes the status once. The pass is the pipeline ``STEPS``
 over one ``PassState`` record; each rule lives in its own module of ``llm_operator.steps``:
 

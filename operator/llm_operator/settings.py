@@ -14,7 +14,7 @@ DEFAULT_PROGRESS_SECONDS = 30.0
 """One status.progress write per job per 30 s at most: 33 writes/s for 1,000 jobs (decision G2)."""
 DEFAULT_INDEX_AUDIT_SECONDS = 300.0
 """Each job checks its slice of the pod index against a consistent list this often, besides after every
-re-list (llm_operator.ghosts): 3.3 small LISTs/s for 1,000 jobs."""
+re-list (llm_operator.control.ghosts): 3.3 small LISTs/s for 1,000 jobs."""
 DEFAULT_PEERING_LIFETIME_S = 10
 """A replica's peering entry counts as alive this long after its last keep-alive (kopf renews it 5-10 s
 before it runs out, at least every second): a standby takes over within this much of the active one's

@@ -19,7 +19,7 @@ from llm_elastic.live.membership import (
     read_generation,
 )
 from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
-from llm_operator.live_evict import evict_pods
+from llm_operator.control.live_evict import evict_pods
 from llm_testbed.local_etcd import LocalEtcd
 from trainer_support import wait_for
 
@@ -123,7 +123,8 @@ def test_evicting_a_host_removes_all_its_members_and_no_other(
 def test_the_operators_eviction_removes_one_pods_members_through_the_json_gateway(
     etcd: LocalEtcd, client: EtcdClient
 ) -> None:
-    """What the operator runs when it gives up on a worker (llm_operator.live_evict), on a real etcd."""
+    """What the operator runs when it gives up on a worker (llm_operator.control.live_evict), on a real
+    etcd."""
     prefix = "/op-evict/"
     members = [Membership(client, prefix, m, ttl=30) for m in ("w-1.100", "w-1.101", "w-10.100", "w-2.100")]
     for member in members:

@@ -7,12 +7,12 @@ import logging
 from typing import Any
 
 import pytest
-from llm_operator import live_evict
-from llm_operator.apply import Applied, PlanApplier, at_size, plan_events
-from llm_operator.expectations import Expectations
-from llm_operator.kueue_sync import KueueSync
-from llm_operator.live_evict import LiveEvictor
-from llm_operator.node_marking import NodeMarker
+from llm_operator.control import live_evict
+from llm_operator.control.apply import Applied, PlanApplier, at_size, plan_events
+from llm_operator.control.expectations import Expectations
+from llm_operator.control.kueue_sync import KueueSync
+from llm_operator.control.live_evict import LiveEvictor
+from llm_operator.control.node_marking import NodeMarker
 from llm_operator.policy.deletion import DeletionReason
 from llm_operator.reconcile import Deletion, Plan
 

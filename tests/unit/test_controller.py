@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from llm_operator.controller import RUNTIME_RETRY_SECONDS, JobController
+from llm_operator.control.controller import RUNTIME_RETRY_SECONDS, JobController
 from llm_operator.settings import Settings
 
 from .fake_kube import FakeKube, record_events

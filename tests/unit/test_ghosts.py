@@ -8,7 +8,7 @@ import time
 
 import pytest
 from llm_operator import labels
-from llm_operator.ghosts import (
+from llm_operator.control.ghosts import (
     AUDIT_MIN_INTERVAL_S,
     LISTING_BURST_GAP_S,
     Ghosts,

@@ -6,8 +6,15 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from llm_operator import jobs as jobs_module
-from llm_operator.jobs import MEMO_KEY, RunningJobs, job_facts, node_health, node_improved, running_jobs
+from llm_operator.control import jobs as jobs_module
+from llm_operator.control.jobs import (
+    MEMO_KEY,
+    RunningJobs,
+    job_facts,
+    node_health,
+    node_improved,
+    running_jobs,
+)
 from llm_operator.settings import Settings
 
 from .views import node, pod

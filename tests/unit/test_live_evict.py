@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 import pytest
-from llm_operator import live_evict
-from llm_operator.live_evict import LiveEvictor, deleterange_body, member_range
+from llm_operator.control import live_evict
+from llm_operator.control.live_evict import LiveEvictor, deleterange_body, member_range
 from llm_operator.policy.deletion import DeletionReason
 from llm_operator.reconcile import plan
 from llm_operator.steps.live import evict_live_members

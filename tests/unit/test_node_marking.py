@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from llm_operator import labels, metrics
-from llm_operator.node_marking import Marking, NodeMarker, condition_mark
+from llm_operator.control.node_marking import Marking, NodeMarker, condition_mark
 from llm_operator.observe import NodeView
 
 from .fake_kube import FakeKube, record_events

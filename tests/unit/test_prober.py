@@ -8,11 +8,11 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from llm_operator import prober as prober_module
-from llm_operator.prober import ProgressProber
+from llm_operator.control import prober as prober_module
+from llm_operator.control.prober import ProgressProber
+from llm_operator.control.status_writer import StatusWriter
 from llm_operator.progress import Sample
 from llm_operator.runtime_resolution import RuntimeResolver
-from llm_operator.status_writer import StatusWriter
 
 from .views import pod
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.expectations import Expectations
+from llm_operator.control.expectations import Expectations
 from llm_operator.observe import format_time
 from llm_operator.reconcile import plan
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from llm_operator.apply import Applied, with_refusals
+from llm_operator.control.apply import Applied, with_refusals
 from llm_operator.policy.refusals import CONDITION, Refusal, refusal_condition, refusal_event, refusal_message
 
 PSS = 'pods "j-worker-0" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities'

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from llm_operator.controller import AllWorkers
+from llm_operator.control.controller import AllWorkers
 from llm_operator.observe import PodView
 from llm_operator.policy.resize import GROWN, SizeInput, decide_size
 

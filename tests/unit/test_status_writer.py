@@ -6,9 +6,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from llm_operator import status_writer
+from llm_operator.control import status_writer
+from llm_operator.control.status_writer import HOLD_SECONDS, StatusWriter, changed
 from llm_operator.kube import KubeError
-from llm_operator.status_writer import HOLD_SECONDS, StatusWriter, changed
 
 from .fake_kube import FakeKube
 

@@ -8,7 +8,7 @@ import pytest
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.worker import worker_pod
 from llm_operator.builders.workload import place, pod_template, workload, workload_name
-from llm_operator.kueue_sync import finished, released
+from llm_operator.control.kueue_sync import finished, released
 from llm_operator.observe import format_time
 from llm_operator.policy.admission import QUEUED, Admission, condition, flavor_placement, read
 from llm_operator.reconcile import plan

@@ -62,7 +62,8 @@ class Plan:
     where Karpenter serves the cluster the others become preferred terms, which it accepts."""
     avoid_failing: tuple[str, ...] = ()
     """Of ``avoid_nodes``, those a platform node condition reports unhealthy: with node marking on, the
-    operator taints them itself (``node_marking.condition_mark``), so they repel pods by themselves."""
+    operator taints them itself (``control.node_marking.condition_mark``), so they repel pods by
+    themselves."""
     unhealthy: list[tuple[str, str]] = field(default_factory=list)
     """(node, check) of nodes found unhealthy this pass, for metrics and node marking."""
     rules_fired: list[tuple[str, str]] = field(default_factory=list)

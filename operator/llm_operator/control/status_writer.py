@@ -1,7 +1,7 @@
 """A job's status: what its controller decided last, and the one place that writes it.
 
 Every status write of a job goes through :meth:`StatusWriter.write`: the record of a pass
-(``llm_operator.apply`` carried it out) and the RuntimeResolved=False record of a pass that could not
+(``llm_operator.control.apply`` carried it out) and the RuntimeResolved=False record of a pass that could not
 resolve the job's runtime. A write is one merge patch, sent only when a field differs from what was
 written last; watches lag behind, so the next pass starts from the decided status, not the watched one.
 

@@ -14,12 +14,12 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
+from llm_operator.control.status_writer import StatusWriter
 from llm_operator.kube import KubeError
 from llm_operator.observe import PodView
 from llm_operator.policy.unschedulable import SchedulingEvent, newest_per_pod
 from llm_operator.progress import ProgressTracker, metrics_url, probe, probe_interval, probe_targets
 from llm_operator.runtime_resolution import RuntimeResolver
-from llm_operator.status_writer import StatusWriter
 
 PROBE_IDLE_SECONDS = 10.0
 """How often a job without hang detection re-reads its spec (progressTimeoutSeconds may be set later)."""
@@ -49,7 +49,8 @@ class ProgressProber:
         self.live = live
         self.scheduling = scheduling
         """Reads why Pending workers get no node, while some are Pending (``policy.unschedulable``)."""
-        """Reads the live generation of inProcess jobs at every round (``llm_operator.live_evict``)."""
+        """Reads the live generation of inProcess jobs at every round
+        (``llm_operator.control.live_evict``)."""
         self.progress_seconds = progress_seconds
         """``LLMJOB_PROGRESS_SECONDS``: the status.progress update interval (0: off)."""
         self.resolver = resolver

@@ -14,10 +14,10 @@ from typing import Any
 import kopf
 
 from llm_operator import metrics
-from llm_operator.controller import JobController
-from llm_operator.ghosts import Ghosts, LiveWorkers
+from llm_operator.control.controller import JobController
+from llm_operator.control.ghosts import Ghosts, LiveWorkers
+from llm_operator.control.node_marking import NodeMarker
 from llm_operator.kube import Kube
-from llm_operator.node_marking import NodeMarker
 from llm_operator.observe import NodeView, PodView
 from llm_operator.settings import Settings
 
@@ -76,9 +76,10 @@ class RunningJobs:
         self.job_facts: dict[JobKey, Hashable] = {}
         """Each job's ``job_facts`` as last seen: events that change none of them wake nobody."""
         self.ghosts = Ghosts()
-        """Worker pods the index holds although they are gone (``llm_operator.ghosts``)."""
+        """Worker pods the index holds although they are gone (``llm_operator.control.ghosts``)."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
-        """Marks nodes that fail a platform condition, for every workload (``llm_operator.node_marking``)."""
+        """Marks nodes that fail a platform condition, for every workload
+        (``llm_operator.control.node_marking``)."""
 
     def live(self, pods_index: Mapping[Any, Iterable[PodView]]) -> LiveWorkers:
         """The worker index without its ghosts."""

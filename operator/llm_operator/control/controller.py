@@ -19,20 +19,20 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
-from llm_operator.apply import PlanApplier, at_size, with_refusals
 from llm_operator.builders.desired import support_objects
-from llm_operator.expectations import Expectations
-from llm_operator.ghosts import Ghosts, IndexAudit
+from llm_operator.control.apply import PlanApplier, at_size, with_refusals
+from llm_operator.control.expectations import Expectations
+from llm_operator.control.ghosts import Ghosts, IndexAudit
+from llm_operator.control.kueue_sync import KueueSync
+from llm_operator.control.live_evict import LiveEvictor
+from llm_operator.control.node_marking import NodeMarker
+from llm_operator.control.prober import ProgressProber
+from llm_operator.control.status_writer import StatusWriter
 from llm_operator.kube import Kube
-from llm_operator.kueue_sync import KueueSync
-from llm_operator.live_evict import LiveEvictor
-from llm_operator.node_marking import NodeMarker
 from llm_operator.observe import NodeView, PodView
-from llm_operator.prober import ProgressProber
 from llm_operator.reconcile import plan
 from llm_operator.runtime_resolution import RuntimeResolver, unresolved_status
 from llm_operator.settings import Settings
-from llm_operator.status_writer import StatusWriter
 
 RESYNC_SECONDS = 30.0
 MIN_WAIT = 0.02
@@ -68,7 +68,8 @@ class JobController:
             kube.failed_scheduling,
         )
         self.ghosts = ghosts if ghosts is not None else Ghosts()
-        """Pods the index holds that are gone (shared by every controller; see ``llm_operator.ghosts``)."""
+        """Pods the index holds that are gone (shared by every controller; see
+        ``llm_operator.control.ghosts``)."""
         self.audit = IndexAudit(kube, namespace, name, self.ghosts, settings.index_audit_seconds)
         self.kueue = KueueSync(kube, settings.kueue)
         self.workloads: Mapping[Any, Iterable[dict[str, Any]]] | None = None
@@ -85,7 +86,7 @@ class JobController:
         )
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants (``apply.at_size``):
-        a node that comes back need not wake it (``llm_operator.jobs``)."""
+        a node that comes back need not wake it (``llm_operator.control.jobs``)."""
 
     def wake_up(self) -> None:
         """An event concerns the job: run a pass soon."""

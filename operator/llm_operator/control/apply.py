@@ -1,5 +1,5 @@
 """Carrying out one pass's plan: the pod changes before the status write, the Events and job metrics
-after it (the controller writes the status in between, ``llm_operator.status_writer``).
+after it (the controller writes the status in between, ``llm_operator.control.status_writer``).
 
 Order: failure metrics; unhealthy nodes counted and, when enabled, marked; the lost workers' live
 members evicted (before the deletions: the survivors re-form without waiting for leases); deletions, then
@@ -20,11 +20,11 @@ import kopf
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.worker import worker_pod
-from llm_operator.expectations import Expectations
+from llm_operator.control.expectations import Expectations
+from llm_operator.control.kueue_sync import KueueSync
+from llm_operator.control.live_evict import LiveEvictor
+from llm_operator.control.node_marking import NodeMarker
 from llm_operator.kube import Kube, KubeError
-from llm_operator.kueue_sync import KueueSync
-from llm_operator.live_evict import LiveEvictor
-from llm_operator.node_marking import NodeMarker
 from llm_operator.observe import pod_view
 from llm_operator.policy.placement import required_avoidance
 from llm_operator.policy.refusals import (
@@ -51,7 +51,7 @@ class Applied:
 
 def at_size(status: Mapping[str, Any], spares: int) -> bool:
     """Running with every worker and spare the job wants: more room on some node changes nothing for it,
-    so a node that comes back need not wake it (``llm_operator.jobs``)."""
+    so a node that comes back need not wake it (``llm_operator.control.jobs``)."""
     return (
         status.get("phase") == "Running"
         and status.get("targetReplicas") == status.get("desiredReplicas")
