@@ -54,7 +54,7 @@ from llm_elastic.signals import StopRequest
 from llm_elastic.state import Stateful, TrainState
 from llm_elastic.step import Step
 from llm_elastic.transfer import Progress
-from llm_elastic.wrap import DDP, Generation, Wrapped, WrapPolicy
+from llm_elastic.wrap import DDP, WrapContext, Wrapped, WrapPolicy
 
 __all__ = ["Elastic", "Step"]
 
@@ -245,7 +245,7 @@ class Elastic:
 
     def open_generation(self) -> None:
         """Wrap the model and make the generation's checkpointer, snapshotter and step log."""
-        gen = Generation(
+        gen = WrapContext(
             self.world_size,
             self.rank,
             self.device,

@@ -37,7 +37,7 @@ class StepClock:
 
 
 @dataclass
-class Generation:
+class WrapContext:
     """What a wrap policy gets: the generation's world and the device."""
 
     world_size: int
@@ -68,7 +68,7 @@ class WrapPolicy:
     """Whether the wrapping can be redone for a new generation (in-process recovery needs it)."""
     shard_size = 1
 
-    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: Generation) -> Wrapped:
+    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: WrapContext) -> Wrapped:
         raise NotImplementedError
 
     def park(self, wrapped: Wrapped) -> None:
@@ -80,7 +80,7 @@ class AsIs(WrapPolicy):
 
     elastic = False
 
-    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: Generation) -> Wrapped:
+    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: WrapContext) -> Wrapped:
         return Wrapped(model, model, optimizers)
 
 
@@ -93,10 +93,10 @@ class DDP(WrapPolicy):
     compile: bool = False
     """``torch.compile`` the wrapped model (DDP first, so gradient all-reduces still overlap the backward)."""
     clock: StepClock | None = None
-    """Marks each step's first gradient bucket; the runtime passes its own in :class:`Generation` instead
+    """Marks each step's first gradient bucket; the runtime passes its own in :class:`WrapContext` instead
     (the policy object is never changed)."""
 
-    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: Generation) -> Wrapped:
+    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: WrapContext) -> Wrapped:
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [gen.device.index] if gen.device.type == "cuda" else None
@@ -139,7 +139,7 @@ class HSDP(WrapPolicy):
     compile: bool = False
     """``torch.compile`` each block before it is sharded (FSDP2's hooks stay outside the graphs)."""
 
-    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: Generation) -> Wrapped:
+    def wrap(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], gen: WrapContext) -> Wrapped:
         from torch.distributed.fsdp import fully_shard
 
         mesh = self._mesh(gen)
@@ -160,7 +160,7 @@ class HSDP(WrapPolicy):
             _copy_local(model, optimizers[0], fresh, optimizer)
         return Wrapped(fresh, fresh, [optimizer], mesh.get_group("replicate"), self.shard_size)
 
-    def _mesh(self, gen: Generation) -> DeviceMesh:
+    def _mesh(self, gen: WrapContext) -> DeviceMesh:
         from torch.distributed.device_mesh import init_device_mesh
 
         if gen.world_size % self.shard_size:

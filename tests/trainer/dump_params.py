@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from llm_elastic import read_contract
 from llm_elastic.checkpoint import Checkpointer, CheckpointInfo, read_marker
-from llm_elastic.wrap import Generation
+from llm_elastic.wrap import WrapContext
 from llm_trainer.config import TrainConfig, model_config
 from llm_trainer.train import build
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -36,7 +36,7 @@ def main(step_path: str, model_name: str, parallel: str, out: str) -> int:
     assert meta is not None, f"{path} is not a complete checkpoint"
     cfg = TrainConfig(model=model_name, parallel=parallel, seed=999)
     model, optimizer, policy = build(cfg, model_config(model_name), contract, cuda=False, bf16=False)
-    gen = Generation(world, rank, torch.device("cpu"), "gloo", timedelta(seconds=120))
+    gen = WrapContext(world, rank, torch.device("cpu"), "gloo", timedelta(seconds=120))
     wrapped = policy.wrap(model, [optimizer], gen)
     Checkpointer(path.parent, keep=1, rank=rank).load(
         CheckpointInfo(int(meta["step"]), path, meta), wrapped.base, None

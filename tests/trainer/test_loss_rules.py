@@ -28,7 +28,7 @@ import torch
 from live_support import check_exact_sequence, member_argv, records, start_member
 from llm_elastic import audit
 from llm_elastic.snapshot.store import entries_of, entry_view, inventory
-from llm_operator.progress import parse_sample
+from llm_operator.control.scrape import parse_sample
 from llm_testbed.local_etcd import LocalEtcd, free_port
 from llm_trainer.config import TrainConfig
 from llm_trainer.train import NAN_AT_STEPS_ENV, Trainer

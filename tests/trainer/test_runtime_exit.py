@@ -1,6 +1,6 @@
 """The runtime's parts in this process (a one-rank gloo group): the one exit path (a stop signal in a step
 saves that step, and ``steps()`` turns the mode's ``Leave(0)`` into ``SystemExit(0)``), and the DDP clock
-that travels in ``Generation`` instead of being set on the user's policy."""
+that travels in ``WrapContext`` instead of being set on the user's policy."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from llm_elastic import DDP, Elastic, ElasticConfig
-from llm_elastic.wrap import Generation, StepClock
+from llm_elastic.wrap import StepClock, WrapContext
 
 pytestmark = pytest.mark.trainer
 
@@ -63,7 +63,7 @@ def test_ddp_marks_the_first_bucket_on_the_generations_clock_and_leaves_the_poli
     try:
         model = torch.nn.Linear(4, 1)
         policy, clock = DDP(), StepClock()
-        gen = Generation(1, 0, torch.device("cpu"), "gloo", timedelta(seconds=5), clock)
+        gen = WrapContext(1, 0, torch.device("cpu"), "gloo", timedelta(seconds=5), clock)
         wrapped = policy.wrap(model, [torch.optim.SGD(model.parameters(), lr=0.1)], gen)
         wrapped.module(torch.ones(2, 4)).sum().backward()
         assert clock.first_bucket is not None and policy.clock is None

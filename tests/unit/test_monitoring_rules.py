@@ -15,11 +15,11 @@ import pytest
 from llm_elastic.logrules import LogRules, RuleError, compile_pattern, parse
 from llm_operator.api.validate import validate
 from llm_operator.builders.worker import launcher, rules_env
+from llm_operator.control.scrape import ProgressTracker, parse_sample
 from llm_operator.observe import format_time
 from llm_operator.policy.health import RULE_FIRED, assess
 from llm_operator.policy.nodehealth import parse_failure
 from llm_operator.policy.rules import parse_firing
-from llm_operator.progress import ProgressTracker, parse_sample
 from llm_operator.reconcile import plan
 
 from .jobs import job, manifest

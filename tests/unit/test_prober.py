@@ -10,8 +10,8 @@ from unittest import mock
 import pytest
 from llm_operator.control import prober as prober_module
 from llm_operator.control.prober import ProgressProber
+from llm_operator.control.scrape import Sample
 from llm_operator.control.status_writer import StatusWriter
-from llm_operator.progress import Sample
 from llm_operator.runtime_resolution import RuntimeResolver
 
 from .views import pod

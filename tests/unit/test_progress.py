@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from llm_operator.control.scrape import ProgressTracker, Sample, parse_sample, probe_interval, probe_targets
 from llm_operator.observe import format_time
 from llm_operator.policy.progress import Progress, assess_progress
-from llm_operator.progress import ProgressTracker, Sample, parse_sample, probe_interval, probe_targets
 from llm_operator.reconcile import plan
 
 from .jobs import job

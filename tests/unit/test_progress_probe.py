@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from llm_operator.progress import PROBE_TIMEOUT, probe
+from llm_operator.control.scrape import PROBE_TIMEOUT, probe
 
 CHILD = """
 import sys, time

@@ -4,6 +4,8 @@
   and which jobs an event wakes; the handlers start and wake controllers through it.
 - ``controller``: ``JobController``, the wake/coalesce loop and one pass, in the order below.
 - ``prober``: the job's progress prober beside its loop; what it saw is an input of ``plan()``.
+- ``scrape``: (used by ``prober``) the bounded HTTP probes of workers' metrics endpoints, parsed into
+  samples, and the per-job tracker of what they said.
 - ``ghosts``: a pass first audits its slice of the pod index for pods gone during a watch gap.
 - ``expectations``: then overlays what this controller did and its watch has not shown yet.
 - ``kueue_sync``: then makes sure of the job's Workload and reads Kueue's verdict (before ``plan()``);

@@ -1,6 +1,6 @@
 """One job's progress prober: samples the trainer metrics of one or two running workers, beside the job's
 reconcile loop, so that a slow endpoint never delays a pass; passes read what it saw (``tracker``) as an
-input of ``plan()``. The probes themselves are ``llm_operator.progress`` (docs/decisions.md, "Hang
+input of ``plan()``. The probes themselves are ``llm_operator.control.scrape`` (docs/decisions.md, "Hang
 detection probes two workers per job")."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
+from llm_operator.control.scrape import ProgressTracker, metrics_url, probe, probe_interval, probe_targets
 from llm_operator.control.status_writer import StatusWriter
 from llm_operator.kube import KubeError
 from llm_operator.observe import PodView
 from llm_operator.policy.unschedulable import SchedulingEvent, newest_per_pod
-from llm_operator.progress import ProgressTracker, metrics_url, probe, probe_interval, probe_targets
 from llm_operator.runtime_resolution import RuntimeResolver
 
 PROBE_IDLE_SECONDS = 10.0

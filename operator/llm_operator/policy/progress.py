@@ -2,7 +2,7 @@
 
 Synchronous data-parallel training advances every rank together (each step ends in collectives), so the
 step counter of any one running worker is the job's; a rank that hangs stalls every rank at the next
-collective. The operator therefore samples one or two workers per job (``llm_operator.progress``) and
+collective. The operator therefore samples one or two workers per job (``llm_operator.control.scrape``) and
 keeps, per job, when it last saw the step advance on its own clock (no clock skew between nodes).
 """
 
