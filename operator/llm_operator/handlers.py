@@ -84,9 +84,12 @@ async def nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[s
 async def pod_changed(
     body: kopf.Body, namespace: str | None, type: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
-    """A worker changed: wake its job (a pod of a listing, type None, may wake every job once)."""
-    job = (body.get("metadata", {}).get("labels") or {}).get(labels.JOB_NAME)
-    running_jobs(memo).pod_changed((namespace or "", job or ""), listed=type is None)
+    """A worker changed: wake its job (``RunningJobs.pod_changed``; type None: a pod of a listing)."""
+    meta = body.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(labels.JOB_NAME)
+    running_jobs(memo).pod_changed(
+        (namespace or "", job or ""), meta.get("name") or "", meta.get("resourceVersion"), type
+    )
 
 
 @kopf.on.event("nodes")

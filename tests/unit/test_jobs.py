@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from unittest import mock
 
@@ -75,16 +76,43 @@ def test_stop_forgets_a_controller_unless_a_newer_one_replaced_it() -> None:
     assert jobs.controllers == {}
 
 
-def test_a_pod_event_wakes_its_job_and_the_first_listed_pod_wakes_every_job() -> None:
-    jobs = running(A, B, C)
-    jobs.pod_changed(A, listed=False)
-    assert woken(jobs) == {A}
-    jobs.pod_changed(("ns", "unknown"), listed=False)
-    assert woken(jobs) == set()
-    jobs.pod_changed(B, listed=True)
-    assert woken(jobs) == {A, B, C}
-    jobs.pod_changed(B, listed=True)  # the same listing burst
-    assert woken(jobs) == {B}
+def test_a_pod_event_wakes_its_job_and_a_listing_wakes_only_for_changed_pods() -> None:
+    async def scenario() -> None:
+        jobs = running(A, B, C)
+        jobs.pod_changed(A, "a-0", "1", "ADDED")
+        assert woken(jobs) == {A}
+        jobs.pod_changed(("ns", "unknown"), "u-0", "2", "MODIFIED")
+        assert woken(jobs) == set()
+        jobs.pod_changed(B, "b-0", "3", "ADDED")
+        jobs.pod_changed(C, "c-0", "4", "ADDED")
+        woken(jobs)
+        with mock.patch.object(jobs_module, "LISTING_WAKES_PER_SECOND", 1e6):  # the spread, fast
+            jobs.pod_changed(A, "a-0", "1", None)  # the first pod of a listing, unchanged
+            assert woken(jobs) == {A}, "the first job at once, to audit"
+            jobs.pod_changed(B, "b-0", "3", None)  # unchanged: nothing for B itself
+            await asyncio.sleep(0.01)
+            assert woken(jobs) == {B, C}, "the others after it, spread"
+            jobs.pod_changed(C, "c-0", "5", None)  # changed while the watch was away
+            assert woken(jobs) == {C}
+        jobs.pod_changed(C, "c-0", "6", "DELETED")
+        assert woken(jobs) == {C}
+        assert ("ns", "c-0") not in jobs.pod_versions, "forgotten when deleted"
+
+    asyncio.run(scenario())
+
+
+def test_a_listing_wakes_every_job_at_the_bounded_rate() -> None:
+    async def scenario() -> None:
+        jobs = running(A, B, C)
+        loop = asyncio.get_running_loop()
+        with mock.patch.object(loop, "call_later") as later:
+            jobs.pod_changed(A, "a-0", "1", None)
+        assert woken(jobs) == {A}, "the first job at once (and A for its new pod)"
+        delays = sorted(call.args[0] for call in later.call_args_list)
+        rate = jobs_module.LISTING_WAKES_PER_SECOND
+        assert delays == [1 / rate, 2 / rate], "two jobs after the first, one per 1/rate seconds"
+
+    asyncio.run(scenario())
 
 
 def test_a_node_event_wakes_the_jobs_on_it_and_when_it_gained_room_those_not_at_size() -> None:
@@ -141,7 +169,6 @@ def test_handlers_reach_the_start_up_object_through_their_memo_copies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """kopf gives each object's handlers a shallow copy of the operator's memo (kopf's inventory)."""
-    import asyncio
     import copy
     import logging
 

@@ -7,8 +7,9 @@ for ever, and never replace it.
 
 So each job's controller audits its slice of the index: it notes the uids the index holds, then lists
 its workers with a consistent read; a uid the index held that the list lacks is a pod that is gone (a
-consistent list sees every pod that existed before it). Audits run after every listing of the pods
-(a re-list is the only way a ghost is born) and every ``index_audit_seconds`` as a safety net.
+consistent list sees every pod that existed before it). Audits run at each job's first pass after a
+listing of the pods (a re-list is the only way a ghost is born; the listing wakes every job, spread over
+time: ``jobs.LISTING_WAKES_PER_SECOND``) and every ``index_audit_seconds`` as a safety net.
 Ghosts are filtered out of every read of the index (:class:`LiveWorkers`), never patched into kopf's
 own structures.
 """

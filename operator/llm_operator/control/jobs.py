@@ -8,6 +8,7 @@ same process (the in-process tests, the demo) starts with nothing left over.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -26,6 +27,13 @@ MEMO_KEY = "llmjob"
 
 JobKey = tuple[str, str]
 """(namespace, name) of a job."""
+
+LISTING_WAKES_PER_SECOND = 50.0
+"""How fast a listing of the pods wakes every job to audit its slice of the index (``ghosts``). kopf lists
+every pod again each time its watch ends (``server_timeout``, 300 s): at 1,000 jobs, waking them all at once
+ran 1,000 passes and 1,000 pod LISTs in one burst, ahead of the pass of a job a node loss had woken
+(reaction p99 3.8 s, docs/benchmarks.md). Spread, the first job wakes at once and 1,000 take 20 s, under
+the 30 s resync that would audit them anyway."""
 
 NodeHealth = tuple[bool, bool, tuple[tuple[str, str], ...]]
 """(ready, unschedulable, taints as (key, effect) and failing conditions as ("condition:<type>", "")): what
@@ -75,6 +83,9 @@ class RunningJobs:
         """Each node's health as last seen: node events that change none of it (heartbeats) wake nobody."""
         self.job_facts: dict[JobKey, Hashable] = {}
         """Each job's ``job_facts`` as last seen: events that change none of them wake nobody."""
+        self.pod_versions: dict[tuple[str, str], str | None] = {}
+        """Each worker pod's resourceVersion as last seen, by (namespace, pod): a listing that brings a pod
+        unchanged wakes nobody for it."""
         self.ghosts = Ghosts()
         """Worker pods the index holds although they are gone (``llm_operator.control.ghosts``)."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
@@ -101,13 +112,33 @@ class RunningJobs:
         if controller is not None:
             controller.wake_up()
 
-    def pod_changed(self, key: JobKey, listed: bool) -> None:
-        """A worker changed: wake its job. A pod from a listing (kopf re-listed after a watch gap) wakes
-        every job once per listing, to audit the index for pods deleted in the gap."""
-        if listed and self.ghosts.note_listed():
-            for other in list(self.controllers.values()):
-                other.wake_up()
+    def pod_changed(self, key: JobKey, pod: str, version: str | None, kind: str | None) -> None:
+        """A worker pod's event (``kind``: kopf's event type, None for a pod of a listing): wake its job,
+        unless a listing brought the pod unchanged (the same resourceVersion as its last event). The
+        first pod of a listing also wakes every job, ``LISTING_WAKES_PER_SECOND``, to audit the index for
+        pods deleted while the watch was away."""
+        ident = (key[0], pod)
+        if kind == "DELETED":
+            self.pod_versions.pop(ident, None)
+            self.wake(key)
+            return
+        known = self.pod_versions.get(ident)
+        self.pod_versions[ident] = version
+        if kind is None:
+            if self.ghosts.note_listed():
+                self.wake_every_job()
+            if version is not None and known == version:
+                return
         self.wake(key)
+
+    def wake_every_job(self) -> None:
+        """Wake every job, the first at once, the others ``LISTING_WAKES_PER_SECOND`` a second."""
+        loop = asyncio.get_running_loop()
+        for i, controller in enumerate(list(self.controllers.values())):
+            if i == 0:
+                controller.wake_up()
+            else:
+                loop.call_later(i / LISTING_WAKES_PER_SECOND, controller.wake_up)
 
     async def node_event(
         self, view: NodeView, deleted: bool, pods_index: Mapping[Any, Iterable[PodView]], logger: kopf.Logger
