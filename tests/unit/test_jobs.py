@@ -90,7 +90,7 @@ def test_a_pod_event_wakes_its_job_and_a_listing_wakes_only_for_changed_pods() -
             jobs.pod_changed(A, "a-0", "1", None)  # the first pod of a listing, unchanged
             assert woken(jobs) == {A}, "the first job at once, to audit"
             jobs.pod_changed(B, "b-0", "3", None)  # unchanged: nothing for B itself
-            await asyncio.sleep(0.01)
+            await asyncio.wait_for(jobs.controllers[C].wake.wait(), 5)  # the last one scheduled
             assert woken(jobs) == {B, C}, "the others after it, spread"
             jobs.pod_changed(C, "c-0", "5", None)  # changed while the watch was away
             assert woken(jobs) == {C}

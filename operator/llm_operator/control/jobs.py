@@ -30,8 +30,9 @@ JobKey = tuple[str, str]
 
 LISTING_WAKES_PER_SECOND = 50.0
 """How fast a listing of the pods wakes every job to audit its slice of the index (``ghosts``). kopf lists
-every pod again each time its watch ends (``server_timeout``, 300 s): at 1,000 jobs, waking them all at once
-ran 1,000 passes and 1,000 pod LISTs in one burst, ahead of the pass of a job a node loss had woken
+every pod again when its watch cannot resume (the API server answers ``410 Gone``; a watch that merely
+timed out resumes from its resourceVersion): at 1,000 jobs, waking them all at once ran 1,000 passes and
+1,000 pod LISTs in one burst, ahead of the pass of a job a node loss had woken
 (reaction p99 3.8 s, docs/benchmarks.md). Spread, the first job wakes at once and 1,000 take 20 s, under
 the 30 s resync that would audit them anyway."""
 
