@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from llm_elastic.live import layout
@@ -139,6 +139,47 @@ def test_the_operators_eviction_removes_one_pods_members_through_the_json_gatewa
             member.leave()
     with pytest.raises(RuntimeError, match=r"etcd at 127\.0\.0\.1:1: "):
         asyncio.run(evict_pods("127.0.0.1:1", prefix, ["w-2"], timeout=2))
+
+
+class ListingHook(EtcdClient):
+    """A real client whose next member listing runs :attr:`after_listing` right after the read returned:
+    what another thread of the member does between a commit's read and what the commit makes of it."""
+
+    after_listing: Callable[[], object] | None = None
+
+    def keys_with_prefix(self, prefix: str) -> list[str]:
+        keys = super().keys_with_prefix(prefix)
+        hook, self.after_listing = self.after_listing, None
+        if hook is not None:
+            hook()
+        return keys
+
+
+def test_a_read_that_missed_the_members_own_re_registration_is_not_an_eviction(
+    etcd: LocalEtcd, request: pytest.FixtureRequest
+) -> None:
+    """The CI failure of the store-outage test: a fresh etcd lost every key; a commit read the members
+    (itself missing), the lease keeper's thread then granted a new lease and registered the member again,
+    and the commit's renewal found that new lease alive and took the member for evicted (exit 3). A member
+    is evicted only when its key is still gone; a real eviction still ends it."""
+    client = ListingHook(parse_endpoints(etcd.endpoint), timeout=5)
+    prefix = f"/live-test/{request.node.name}/"
+    member = Membership(client, prefix, "a", ttl=30)  # the keeper's own renewal waits 10 s: not in the way
+    gen = Generation(1, ("a",))
+    try:
+        member.register()
+        client.revoke_lease(member.lease.lease_id)  # the store lost the lease and the key with it
+        client.after_listing = member.lease.renew  # the keeper registers again right after the read
+        assert not member.differs(gen)
+        assert client.after_listing is None, "the read ran before the re-registration"
+        assert live_members(client, prefix) == ["a"]
+
+        assert evict(client, prefix, "a")
+        with pytest.raises(Evicted):
+            member.differs(gen)
+    finally:
+        member.leave()
+        client.close()
 
 
 def test_a_member_that_registers_while_a_generation_forms_is_taken_in_at_the_first_commit(

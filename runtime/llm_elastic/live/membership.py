@@ -154,9 +154,13 @@ class Membership:
         return not live.issuperset(generation.members)
 
     def _missing_self(self) -> None:
-        """Our key is gone: evicted (the operator deletes the key, our lease lives on), unless the lease is
-        gone too (an outage longer than the TTL, or a fresh etcd): then register again."""
-        if not self.lease.renew():
+        """Our key was missing from a read: evicted (the operator deletes the key, our lease lives on),
+        unless the lease is gone too (an outage longer than the TTL, or a fresh etcd): then register again.
+        The lease keeper's thread may have registered us again between that read and this renewal (the
+        renewal then finds the new lease alive): the key is read once more before calling it an eviction."""
+        if self.lease.renew():
+            return
+        if self.client.get(layout.member_key(self.prefix, self.member)) is None:
             raise Evicted(f"member {self.member} was removed from {self.prefix}")
 
     def job_step(self) -> int:
