@@ -24,7 +24,7 @@ from llm_operator.kube import Kube, connect
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
 from llm_operator.settings import Settings, kueue_enabled
 
-WORKER_LABELS = {labels.ROLE: labels.ROLE_WORKER, labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+WORKER_LABELS = labels.WORKERS
 OWNED_LABELS = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
 
 
@@ -82,13 +82,17 @@ async def nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[s
 
 @kopf.on.event("pods", labels=WORKER_LABELS)
 async def pod_changed(
-    body: kopf.Body, namespace: str | None, type: str | None, memo: kopf.Memo, **_: Any
+    body: kopf.Body, namespace: str | None, type: str | None, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     """A worker changed: wake its job (``RunningJobs.pod_changed``; type None: a pod of a listing)."""
     meta = body.get("metadata") or {}
     job = (meta.get("labels") or {}).get(labels.JOB_NAME)
     running_jobs(memo).pod_changed(
-        (namespace or "", job or ""), meta.get("name") or "", meta.get("resourceVersion"), type
+        (namespace or "", job or ""),
+        meta.get("name") or "",
+        meta.get("resourceVersion"),
+        type,
+        kwargs["worker_pods"],
     )
 
 

@@ -25,6 +25,9 @@ _NodeMark = tuple[dict[str, str | None], list[dict[str, Any]]]
 """A node mark's change: the label patch (None removes) and the node's whole new taint list."""
 
 MERGE_PATCH = "application/merge-patch+json"
+LIST_PAGE = 500
+"""Pods per page of a consistent list (the audits of ``control.ghosts``): one JSON decode never holds the
+event loop for a whole namespace of workers."""
 
 
 async def connect() -> client.ApiClient:
@@ -165,11 +168,23 @@ class Kube:
 
     async def pod_uids(self, namespace: str, selector: dict[str, str]) -> set[str]:
         """UIDs of the pods whose labels match ``selector``, by a consistent read (no resourceVersion:
-        the answer holds every pod that existed when it was asked; ``control.ghosts`` relies on that)."""
+        the answer holds every pod that existed when it was asked; ``control.ghosts`` relies on that).
+        Read in pages of ``LIST_PAGE`` pods; the pages after the first come from the first one's snapshot."""
         labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        uids: set[str] = set()
+        token = ""
+        while True:
+            page = await self._pod_page(namespace, labels, token)
+            uids.update(str(item["metadata"]["uid"]) for item in page.get("items") or [])
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return uids
+
+    async def _pod_page(self, namespace: str, labels: str, token: str) -> dict[str, Any]:
+        """One page of a pod list, decoded (``token``: the page before's ``continue``, "": the first page)."""
         try:
             response: Any = await self.core.list_namespaced_pod(
-                namespace, label_selector=labels, _preload_content=False
+                namespace, label_selector=labels, limit=LIST_PAGE, _continue=token, _preload_content=False
             )
         except ApiException as exc:
             raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
@@ -179,8 +194,8 @@ class Kube:
                 raise KubeError(int(response.status), body.decode(errors="replace"))
         finally:
             response.release()
-        items = json.loads(body).get("items") or []
-        return {str(item["metadata"]["uid"]) for item in items}
+        page: dict[str, Any] = json.loads(body)
+        return page
 
     async def get_runtime(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A runtime object (LLMTrainingRuntime in ``namespace``, or ClusterLLMTrainingRuntime); None: 404."""

@@ -12,6 +12,8 @@ MANAGED_BY_VALUE = "elastic-llm-operator"
 
 ROLE_WORKER = "worker"
 ROLE_RENDEZVOUS = "rendezvous"
+WORKERS = {ROLE: ROLE_WORKER, MANAGED_BY: MANAGED_BY_VALUE}
+"""Every job's worker pods (the operator's pod index and watch, and the audit after a listing)."""
 
 # Passed from the job to its pods so Kueue admits and accounts for them.
 KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"

@@ -6,6 +6,7 @@ SIGKILL and started again with the same flags (``llm_testbed.localcluster.restar
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
@@ -13,13 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from llm_operator import kube as kube_module
 from llm_operator import labels
 from llm_testbed.localcluster import chaos, restart
 
 from tests.support.wait import wait_for
 
 from .conftest import OperatorProcess
-from .kube_helpers import apply, running_workers, workers
+from .kube_helpers import apply, get_json, running_workers, workers
 from .test_elasticity import TIMEOUT, gpu_job, running_at, start, wait_gpus_free
 
 pytestmark = pytest.mark.cluster
@@ -77,8 +79,37 @@ def test_pod_deleted_during_a_watch_gap_is_not_counted_for_ever(
         )
 
     wait_for(recreated, TIMEOUT, "the deleted worker re-created")
-    assert "IndexGhosts" in op.full_log(), "re-created without the audit: the watch gap was not exercised"
+    assert "deleted during a watch gap" in op.full_log(), "re-created without the audit: no watch gap"
     report_restarts(control_plane_supervisor.take())
+
+
+def test_the_audits_consistent_list_reads_every_page(
+    cluster: Any, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit after a listing reads a namespace's workers in pages (``kube.LIST_PAGE``, 500): with
+    pages of 2 on the real apiserver, 5 workers come back whole, and only workers."""
+    monkeypatch.setattr(kube_module, "LIST_PAGE", 2)
+    pending = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "none"}]}  # never placed
+    for i in range(6):
+        pod_labels = labels.WORKERS if i < 5 else {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+        doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"w{i}", "labels": pod_labels}}
+        assert apply(cluster, {**doc, "spec": pending}, "-n", namespace).returncode == 0
+    wanted = {p["metadata"]["uid"] for p in workers_labelled(cluster, namespace)}
+    assert len(wanted) == 5
+
+    async def read() -> set[str]:
+        api = await kube_module.connect()
+        try:
+            return await kube_module.Kube(api).pod_uids(namespace, labels.WORKERS)
+        finally:
+            await api.close()
+
+    assert asyncio.run(read()) == wanted
+
+
+def workers_labelled(cluster: Any, namespace: str) -> list[dict[str, Any]]:
+    selector = ",".join(f"{k}={v}" for k, v in labels.WORKERS.items())
+    return list((get_json(cluster, "pods", "-n", namespace, "-l", selector) or {}).get("items", []))
 
 
 class Invariants:

@@ -7,6 +7,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from llm_operator import labels
 from llm_operator.control import jobs as jobs_module
 from llm_operator.control.jobs import (
     MEMO_KEY,
@@ -18,6 +19,7 @@ from llm_operator.control.jobs import (
 )
 from llm_operator.settings import Settings
 
+from .fake_kube import FakeKube
 from .views import node, pod
 
 A, B, C = ("ns", "a"), ("ns", "b"), ("ns", "c")
@@ -76,41 +78,33 @@ def test_stop_forgets_a_controller_unless_a_newer_one_replaced_it() -> None:
     assert jobs.controllers == {}
 
 
-def test_a_pod_event_wakes_its_job_and_a_listing_wakes_only_for_changed_pods() -> None:
+def test_a_pod_event_wakes_its_job_and_a_listing_wakes_only_for_changed_pods_and_ghosts() -> None:
     async def scenario() -> None:
-        jobs = running(A, B, C)
-        jobs.pod_changed(A, "a-0", "1", "ADDED")
+        kube = FakeKube()
+        jobs = RunningJobs(kube, Settings())  # type: ignore[arg-type]
+        for key in (A, B, C):
+            jobs.start(key)
+        index = {A: [pod(0, uid="a0")], B: [pod(1, uid="b0")], C: [pod(2, uid="c0")]}
+        jobs.pod_changed(A, "a-0", "1", "ADDED", index)
         assert woken(jobs) == {A}
-        jobs.pod_changed(("ns", "unknown"), "u-0", "2", "MODIFIED")
+        jobs.pod_changed(("ns", "unknown"), "u-0", "2", "MODIFIED", index)
         assert woken(jobs) == set()
-        jobs.pod_changed(B, "b-0", "3", "ADDED")
-        jobs.pod_changed(C, "c-0", "4", "ADDED")
+        jobs.pod_changed(B, "b-0", "3", "ADDED", index)
+        jobs.pod_changed(C, "c-0", "4", "ADDED", index)
         woken(jobs)
-        with mock.patch.object(jobs_module, "LISTING_WAKES_PER_SECOND", 1e6):  # the spread, fast
-            jobs.pod_changed(A, "a-0", "1", None)  # the first pod of a listing, unchanged
-            assert woken(jobs) == {A}, "the first job at once, to audit"
-            jobs.pod_changed(B, "b-0", "3", None)  # unchanged: nothing for B itself
-            await asyncio.wait_for(jobs.controllers[C].wake.wait(), 5)  # the last one scheduled
-            assert woken(jobs) == {B, C}, "the others after it, spread"
-            jobs.pod_changed(C, "c-0", "5", None)  # changed while the watch was away
-            assert woken(jobs) == {C}
-        jobs.pod_changed(C, "c-0", "6", "DELETED")
+        kube.uids = {"a0", "c0"}  # B's worker was deleted while the watch was away
+        jobs.pod_changed(A, "a-0", "1", None, index)  # the first pod of a listing, unchanged: one audit
+        assert jobs.listing_audit.task is not None
+        await asyncio.wait_for(jobs.listing_audit.task, 5)
+        assert kube.called("pod_uids") == [("ns", labels.WORKERS)], "one list for every job"
+        assert woken(jobs) == {B}, "only the job that had a ghost"
+        jobs.pod_changed(C, "c-0", "5", None, index)  # changed while the watch was away
+        assert woken(jobs) == {C}
+        assert len(kube.called("pod_uids")) == 1, "the same listing: no second audit"
+        jobs.pod_changed(C, "c-0", "6", "DELETED", index)
         assert woken(jobs) == {C}
         assert ("ns", "c-0") not in jobs.pod_versions, "forgotten when deleted"
-
-    asyncio.run(scenario())
-
-
-def test_a_listing_wakes_every_job_at_the_bounded_rate() -> None:
-    async def scenario() -> None:
-        jobs = running(A, B, C)
-        loop = asyncio.get_running_loop()
-        with mock.patch.object(loop, "call_later") as later:
-            jobs.pod_changed(A, "a-0", "1", None)
-        assert woken(jobs) == {A}, "the first job at once (and A for its new pod)"
-        delays = sorted(call.args[0] for call in later.call_args_list)
-        rate = jobs_module.LISTING_WAKES_PER_SECOND
-        assert delays == [1 / rate, 2 / rate], "two jobs after the first, one per 1/rate seconds"
+        await jobs.listing_audit.close()
 
     asyncio.run(scenario())
 
@@ -188,7 +182,9 @@ def test_handlers_reach_the_start_up_object_through_their_memo_copies(
     body = kopf.Body(
         {"metadata": {"name": "w", "namespace": "ns", "labels": {"elasticllm.dev/job-name": "a"}}}
     )
-    asyncio.run(handlers.pod_changed(body=body, namespace="ns", type="MODIFIED", memo=copy.copy(memo)))
+    asyncio.run(
+        handlers.pod_changed(body=body, namespace="ns", type="MODIFIED", memo=copy.copy(memo), worker_pods={})
+    )
     assert woken(jobs) == {A}
     ready = {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     asyncio.run(

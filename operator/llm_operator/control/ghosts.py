@@ -5,31 +5,36 @@ the pods again and re-indexes every pod in the list, but it never drops the ones
 during the gap: no DELETED event ever comes for them. A job would count such a ghost as a live worker
 for ever, and never replace it.
 
-So each job's controller audits its slice of the index: it notes the uids the index holds, then lists
-its workers with a consistent read; a uid the index held that the list lacks is a pod that is gone (a
-consistent list sees every pod that existed before it). Audits run at each job's first pass after a
-listing of the pods (a re-list is the only way a ghost is born; the listing wakes every job, spread over
-time: ``jobs.LISTING_WAKES_PER_SECOND``) and every ``index_audit_seconds`` as a safety net.
-Ghosts are filtered out of every read of the index (:class:`LiveWorkers`), never patched into kopf's
-own structures.
+So the index is audited: note the uids it holds, then list the workers with a consistent read; a uid the
+index held that the list lacks is a pod that is gone (a consistent list sees every pod that existed
+before it). After a listing of the pods (a re-list is the only way a ghost is born) the operator audits
+the whole index at once (:class:`ListingAudit`: one paged list per namespace, and a wake-up only for the
+jobs that had a ghost); each job's controller also audits its own slice every ``index_audit_seconds`` as
+a safety net (:class:`IndexAudit`). Ghosts are filtered out of every read of the index
+(:class:`LiveWorkers`), never patched into kopf's own structures.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import kopf
 
 from llm_operator import labels, metrics
-from llm_operator.kube import Kube
+from llm_operator.kube import Kube, KubeError
 from llm_operator.observe import PodView
 
+log = logging.getLogger(__name__)
+
 LISTING_BURST_GAP_S = 1.0
-"""Listed pods that arrive this close together belong to one listing (one wake-up of every job)."""
-AUDIT_MIN_INTERVAL_S = 5.0
-"""A controller audits at most this often, however many listings come in."""
+"""Listed pods that arrive this close together belong to one listing (one audit of the whole index)."""
+AUDIT_RETRY_S = 5.0
+"""An audit after a listing whose list failed tries again after this long."""
 
 
 class Ghosts:
@@ -39,9 +44,12 @@ class Ghosts:
         self.uids: set[str] = set()
         self.listed_at = 0.0
         """``time.monotonic()`` of the last pod that came from a listing (kopf's event type None)."""
+        self.unreported: dict[Any, list[str]] = {}
+        """Names of the ghosts the audit after a listing found, by job: its next pass logs them with the
+        job's own logger (``IndexAudit.run``)."""
 
     def note_listed(self, now: float | None = None) -> bool:
-        """A pod arrived from a listing. True for the first of a burst: wake every job to audit."""
+        """A pod arrived from a listing. True for the first of a burst: audit the whole index."""
         clock = time.monotonic() if now is None else now
         first = clock - self.listed_at > LISTING_BURST_GAP_S
         self.listed_at = clock
@@ -59,19 +67,6 @@ class Ghosts:
         found = [v for v in indexed if v.uid and v.uid not in existing and v.uid not in self.uids]
         self.uids.update(v.uid for v in found)
         return found
-
-
-def audit_due(listed_at: float, audited_at: float, now: float, every: float) -> float | None:
-    """When (monotonic) the next audit of a controller last audited at ``audited_at`` is due: at once
-    (``now``) after a listing it has not audited since, else ``every`` seconds after the last one
-    (None: ``every`` is 0, no periodic audit); never sooner than AUDIT_MIN_INTERVAL_S after it."""
-    earliest = audited_at + AUDIT_MIN_INTERVAL_S
-    due: float | None = None
-    if listed_at > audited_at:
-        due = now
-    elif every > 0:
-        due = audited_at + every
-    return None if due is None else max(due, earliest)
 
 
 class LiveWorkers(Mapping[Any, Iterable[PodView]]):
@@ -94,25 +89,99 @@ class LiveWorkers(Mapping[Any, Iterable[PodView]]):
         return key in self.index
 
 
+class ListingAudit:
+    """The audit of the whole index after a listing of the pods: one consistent list of the workers per
+    namespace the index holds (paged: ``Kube.pod_uids``), in place of one list and one pass per job. Only
+    the jobs that had a ghost are woken (``wake``); each reports its ghosts at its next pass.
+
+    One audit runs at a time; a listing that comes while one runs makes it run once more (the ghosts of
+    that later gap may have been deleted after its lists were read). A failed list is tried again."""
+
+    def __init__(self, kube: Kube, ghosts: Ghosts, wake: Callable[[Any], None]) -> None:
+        self.kube = kube
+        self.ghosts = ghosts
+        self.wake = wake
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+
+    def listed(self, pods_index: Mapping[Any, Iterable[PodView]]) -> None:
+        """The first pod of a listing came: audit the index (now, or again after the running audit)."""
+        if self.task is not None and not self.task.done():
+            self.again = True
+            return
+        self.task = asyncio.get_running_loop().create_task(self._run(pods_index))
+
+    async def _run(self, pods_index: Mapping[Any, Iterable[PodView]]) -> None:
+        self.again = True
+        while self.again:
+            self.again = False
+            try:
+                await self.audit(pods_index)
+            except KubeError as exc:
+                log.warning(
+                    f"IndexGhosts: the audit after a listing of the pods failed ({exc}); again in "
+                    f"{AUDIT_RETRY_S:g}s"
+                )
+                self.again = True
+                await asyncio.sleep(AUDIT_RETRY_S)
+
+    async def audit(self, pods_index: Mapping[Any, Iterable[PodView]]) -> dict[Any, list[PodView]]:
+        """Note every indexed pod, list the workers of each namespace, record the ones gone; returns them
+        by job."""
+        started = time.monotonic()
+        indexed = {key: list(views) for key, views in pods_index.items()}  # before the lists
+        existing: set[str] = set()
+        for namespace in sorted({key[0] for key in indexed}):
+            existing |= await self.kube.pod_uids(namespace, labels.WORKERS)
+        found: dict[Any, list[PodView]] = {}
+        for key, views in indexed.items():
+            gone = self.ghosts.record(views, existing)
+            if gone:
+                found[key] = gone
+                self.ghosts.unreported.setdefault(key, []).extend(v.name for v in gone)
+                metrics.INDEX_GHOSTS.inc(len(gone))
+                self.wake(key)
+        count = sum(len(v) for v in indexed.values())
+        log.info(
+            f"IndexGhosts: audit after a listing of the pods: {sum(len(v) for v in found.values())} of "
+            f"{count} indexed workers gone, {len(found)} jobs woken ({time.monotonic() - started:.2f}s)"
+        )
+        return found
+
+    async def close(self) -> None:
+        """Stop an audit in flight (the operator stops)."""
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
 class IndexAudit:
-    """One job's audits of its slice of the worker index (``ghosts`` is shared by every job's)."""
+    """One job's audits of its slice of the worker index, every ``every`` seconds (``ghosts`` is shared
+    by every job's), and its report of what the audit after a listing found for it."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, ghosts: Ghosts, every: float) -> None:
         self.kube = kube
         self.key = (namespace, name)
         self.ghosts = ghosts
         self.every = every
-        """``index_audit_seconds``: the periodic audit's interval (0: only after a re-list)."""
+        """``index_audit_seconds``: the periodic audit's interval (0: none, only the audits after a
+        listing)."""
         self.audited_at = time.monotonic()
         """When this job's slice was last checked (it starts fresh: kopf starts the controllers once the
         initial listing is indexed)."""
 
     async def run(self, pods_index: Mapping[Any, Iterable[PodView]], logger: kopf.Logger) -> float | None:
-        """Check the slice against a consistent list when due (after a re-list of the pods, and every
-        ``every`` seconds); pods gone from the list become ghosts, filtered out of every read. Returns
-        when (monotonic) the next audit is due, None: only after a re-list."""
-        due = audit_due(self.ghosts.listed_at, self.audited_at, time.monotonic(), self.every)
-        if due is None or due > time.monotonic():
+        """Report the ghosts the audit after a listing found for this job; check the slice against a
+        consistent list when the periodic audit is due. Returns when (monotonic) it is due next, None:
+        never."""
+        names = self.ghosts.unreported.pop(self.key, None)
+        if names:
+            self._report(names, logger)
+        if self.every <= 0:
+            return None
+        due = self.audited_at + self.every
+        if due > time.monotonic():
             return due
         indexed = list(pods_index.get(self.key, ()))
         namespace, name = self.key
@@ -121,6 +190,11 @@ class IndexAudit:
         found = self.ghosts.record(indexed, existing)
         if found:
             metrics.INDEX_GHOSTS.inc(len(found))
-            names = ", ".join(sorted(p.name for p in found))
-            logger.warning(f"IndexGhosts: {names} deleted during a watch gap; no longer counted")
-        return audit_due(self.ghosts.listed_at, self.audited_at, self.audited_at, self.every)
+            self._report([p.name for p in found], logger)
+        return self.audited_at + self.every
+
+    @staticmethod
+    def _report(names: list[str], logger: kopf.Logger) -> None:
+        logger.warning(
+            f"IndexGhosts: {', '.join(sorted(names))} deleted during a watch gap; no longer counted"
+        )

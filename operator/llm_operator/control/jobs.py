@@ -8,7 +8,6 @@ same process (the in-process tests, the demo) starts with nothing left over.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -16,7 +15,7 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.control.controller import JobController
-from llm_operator.control.ghosts import Ghosts, LiveWorkers
+from llm_operator.control.ghosts import Ghosts, ListingAudit, LiveWorkers
 from llm_operator.control.node_marking import NodeMarker
 from llm_operator.kube import Kube
 from llm_operator.observe import NodeView, PodView
@@ -27,14 +26,6 @@ MEMO_KEY = "llmjob"
 
 JobKey = tuple[str, str]
 """(namespace, name) of a job."""
-
-LISTING_WAKES_PER_SECOND = 50.0
-"""How fast a listing of the pods wakes every job to audit its slice of the index (``ghosts``). kopf lists
-every pod again when its watch cannot resume (the API server answers ``410 Gone``; a watch that merely
-timed out resumes from its resourceVersion): at 1,000 jobs, waking them all at once ran 1,000 passes and
-1,000 pod LISTs in one burst, ahead of the pass of a job a node loss had woken
-(reaction p99 3.8 s, docs/benchmarks.md). Spread, the first job wakes at once and 1,000 take 20 s, under
-the 30 s resync that would audit them anyway."""
 
 NodeHealth = tuple[bool, bool, tuple[tuple[str, str], ...]]
 """(ready, unschedulable, taints as (key, effect) and failing conditions as ("condition:<type>", "")): what
@@ -89,6 +80,8 @@ class RunningJobs:
         unchanged wakes nobody for it."""
         self.ghosts = Ghosts()
         """Worker pods the index holds although they are gone (``llm_operator.control.ghosts``)."""
+        self.listing_audit = ListingAudit(kube, self.ghosts, self.wake)
+        """Audits the whole index after a listing of the pods, and wakes the jobs that had a ghost."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
         """Marks nodes that fail a platform condition, for every workload
         (``llm_operator.control.node_marking``)."""
@@ -113,11 +106,20 @@ class RunningJobs:
         if controller is not None:
             controller.wake_up()
 
-    def pod_changed(self, key: JobKey, pod: str, version: str | None, kind: str | None) -> None:
+    def pod_changed(
+        self,
+        key: JobKey,
+        pod: str,
+        version: str | None,
+        kind: str | None,
+        pods_index: Mapping[Any, Iterable[PodView]],
+    ) -> None:
         """A worker pod's event (``kind``: kopf's event type, None for a pod of a listing): wake its job,
         unless a listing brought the pod unchanged (the same resourceVersion as its last event). The
-        first pod of a listing also wakes every job, ``LISTING_WAKES_PER_SECOND``, to audit the index for
-        pods deleted while the watch was away."""
+        first pod of a listing also starts one audit of the whole index (``ghosts.ListingAudit``) for pods
+        deleted while the watch was away: it wakes only the jobs that had one. Waking every job to audit
+        its own slice ran 1,000 passes and 1,000 pod LISTs at 1,000 jobs, ahead of the pass of a job a node
+        loss had woken (docs/benchmarks.md)."""
         ident = (key[0], pod)
         if kind == "DELETED":
             self.pod_versions.pop(ident, None)
@@ -127,19 +129,10 @@ class RunningJobs:
         self.pod_versions[ident] = version
         if kind is None:
             if self.ghosts.note_listed():
-                self.wake_every_job()
+                self.listing_audit.listed(pods_index)
             if version is not None and known == version:
                 return
         self.wake(key)
-
-    def wake_every_job(self) -> None:
-        """Wake every job, the first at once, the others ``LISTING_WAKES_PER_SECOND`` a second."""
-        loop = asyncio.get_running_loop()
-        for i, controller in enumerate(list(self.controllers.values())):
-            if i == 0:
-                controller.wake_up()
-            else:
-                loop.call_later(i / LISTING_WAKES_PER_SECOND, controller.wake_up)
 
     async def node_event(
         self, view: NodeView, deleted: bool, pods_index: Mapping[Any, Iterable[PodView]], logger: kopf.Logger
@@ -153,7 +146,8 @@ class RunningJobs:
         self.node_changed(view.name, health, pods_index)
 
     async def close(self) -> None:
-        """Close the API client (the operator stops)."""
+        """Stop an audit in flight and close the API client (the operator stops)."""
+        await self.listing_audit.close()
         await self.kube.api.close()
 
     def node_changed(
