@@ -91,8 +91,8 @@ class LiveWorkers(Mapping[Any, Iterable[PodView]]):
 
 class ListingAudit:
     """The audit of the whole index after a listing of the pods: one consistent list of the workers per
-    namespace the index holds (paged: ``Kube.pod_uids``), in place of one list and one pass per job. Only
-    the jobs that had a ghost are woken (``wake``); each reports its ghosts at its next pass.
+    namespace the index holds (paged: ``Kube.pod_uids``), whatever the number of jobs. Only the jobs that
+    had a ghost are woken (``wake``); each reports its ghosts at its next pass.
 
     One audit runs at a time; a listing that comes while one runs makes it run once more (the ghosts of
     that later gap may have been deleted after its lists were read). A failed list is tried again."""

@@ -117,9 +117,8 @@ class RunningJobs:
         """A worker pod's event (``kind``: kopf's event type, None for a pod of a listing): wake its job,
         unless a listing brought the pod unchanged (the same resourceVersion as its last event). The
         first pod of a listing also starts one audit of the whole index (``ghosts.ListingAudit``) for pods
-        deleted while the watch was away: it wakes only the jobs that had one. Waking every job to audit
-        its own slice ran 1,000 passes and 1,000 pod LISTs at 1,000 jobs, ahead of the pass of a job a node
-        loss had woken (docs/benchmarks.md)."""
+        deleted while the watch was away: it wakes only the jobs that had one, never every job (their
+        passes would queue in front of a job that lost a worker)."""
         ident = (key[0], pod)
         if kind == "DELETED":
             self.pod_versions.pop(ident, None)
