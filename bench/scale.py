@@ -56,11 +56,13 @@ from kubernetes_asyncio import client, config
 from llm_operator import labels
 from llm_operator.api.models import GROUP, PLURAL, VERSION, LLMTrainingJob
 from llm_operator.builders.worker import worker_pod
+from llm_operator.metrics import REACTION_STAGE_METRIC, REACTION_STAGE_NAMES
 from llm_testbed import audit
 from llm_testbed.localcluster import chaos, nodes, ports, tools
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl
 from llm_testbed.localcluster.waiting import WaitTimeout, poll
+from prometheus_client.parser import text_string_to_metric_families
 
 NS = "bench"
 OP_NS = "llmjob-system"
@@ -516,11 +518,53 @@ def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: flo
     }
 
 
-def reaction_trials(kube: Kubectl, rec: Recorder, count: int) -> tuple[list[float], list[float]]:
+def operator_stages(port: int) -> dict[str, tuple[float, float]]:
+    """(count, sum) of the operator's ``llmjob_reaction_stage_seconds`` by stage (empty when unreadable)."""
+    out: dict[str, tuple[float, float]] = {}
+    with contextlib.suppress(OSError):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        for family in text_string_to_metric_families(text):
+            if family.name != REACTION_STAGE_METRIC:
+                continue
+            for sample in family.samples:
+                stage = sample.labels.get("stage", "")
+                count, total = out.get(stage, (0.0, 0.0))
+                if sample.name.endswith("_count"):
+                    out[stage] = (sample.value, total)
+                elif sample.name.endswith("_sum"):
+                    out[stage] = (count, sample.value)
+    return out
+
+
+def stage_deltas(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, float]:
+    """Seconds per stage between two reads, for the stages observed in between."""
+    out = {}
+    for stage, (count, total) in after.items():
+        count0, total0 = before.get(stage, (0.0, 0.0))
+        if count > count0:
+            out[stage] = total - total0
+    return out
+
+
+def replaced_stages(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, float]:
+    """The stages between two reads once the replacement's creation was observed ({}: not yet)."""
+    deltas = stage_deltas(before, after)
+    return deltas if "created" in deltas else {}
+
+
+def reaction_trials(
+    kube: Kubectl, rec: Recorder, count: int, port: int
+) -> tuple[list[float], list[float], list[dict[str, float]]]:
     """Fail one node of the react job's workers `count` times (NotReady, grace 0), then restore it.
-    Returns the latencies and the wall-clock times of the signals (for the audit log's split)."""
+    Returns the latencies, the wall-clock times of the signals (for the audit log's split) and each
+    trial's stages on the operator's own clock (its ``llmjob_reaction_stage_seconds``, read at ``port``)."""
     out: list[float] = []
     signals: list[float] = []
+    stages: list[dict[str, float]] = []
     wall = time.time() - time.monotonic()
     for i in range(count):
         poll(
@@ -533,6 +577,7 @@ def reaction_trials(kube: Kubectl, rec: Recorder, count: int) -> tuple[list[floa
         victim = pods[i % len(pods)]
         node = victim["spec"]["nodeName"]
         known = {p["metadata"]["uid"] for p in pods}
+        stages_before = operator_stages(port)
         before = time.monotonic()
         chaos.node_not_ready(node, kube=kube, wait=False)
         t_signal = poll(
@@ -541,12 +586,29 @@ def reaction_trials(kube: Kubectl, rec: Recorder, count: int) -> tuple[list[floa
         t_new = poll(lambda t=t_signal, k=known: rec.react_added(t, k), timeout=60, what="replacement ADDED")
         out.append(t_new - t_signal)
         signals.append(wall + t_signal)
+        seen = poll(
+            lambda b=stages_before: replaced_stages(b, operator_stages(port)),
+            timeout=30,
+            what="the reaction's stages in the operator's metrics",
+        )
+        stages.append(seen)
         print(
-            f"  loss #{i + 1}: {node} replaced in {1000 * (t_new - t_signal):.0f} ms (load {load()})",
+            f"  loss #{i + 1}: {node} replaced in {1000 * (t_new - t_signal):.0f} ms "
+            f"({', '.join(f'{k} {1000 * v:.0f}' for k, v in seen.items())} ms; load {load()})",
             flush=True,
         )
         chaos.node_ready(node, kube=kube)
-    return out, signals
+    return out, signals, stages
+
+
+def stage_split(trials: list[dict[str, float]]) -> dict[str, Any]:
+    """p50/max of each stage of the reactions on the operator's clock (``metrics.REACTION_STAGE_NAMES``)."""
+    out: dict[str, Any] = {"n": len(trials)}
+    for stage in REACTION_STAGE_NAMES:
+        values = [1000 * t[stage] for t in trials if stage in t]
+        if values:
+            out[stage] = {"p50_ms": round(statistics.median(values)), "max_ms": round(max(values))}
+    return out
 
 
 def reaction_split(lines: list[bytes], signals: list[float]) -> dict[str, Any]:
@@ -713,7 +775,7 @@ def main() -> int:
             prof = Profiler(op.pid, work / "profile-reaction.txt") if args.profile else None
             usage = Usage(procs)
             tail.mark()
-            lat, signals = reaction_trials(kube, rec, args.failures)
+            lat, signals, stages = reaction_trials(kube, rec, args.failures, metrics_port)
             poll(
                 lambda: rec.phase.get(REACT) == "Running" and rec.live_count(REACT) == REACT_WORKERS,
                 timeout=120,
@@ -726,6 +788,7 @@ def main() -> int:
                 "p99_ms": round(1000 * percentile(lat, 0.99)),
                 "max_ms": round(1000 * max(lat)),
                 "split": reaction_split(tail.since_mark(), signals),
+                "operator_stages": stage_split(stages),
                 "requests": requests_of(tail, len(lat)),
                 "usage": usage.since(),
                 "load": load(),
@@ -735,6 +798,12 @@ def main() -> int:
             print(json.dumps(results["reaction"], indent=1), flush=True)
             reaction = results["reaction"]
             print(f"reaction p50 {reaction['p50_ms']} ms p99 {reaction['p99_ms']} ms", flush=True)
+            split = reaction["operator_stages"]
+            print(
+                "operator stages p50/max: "
+                + ", ".join(f"{k} {v['p50_ms']}/{v['max_ms']} ms" for k, v in split.items() if k != "n"),
+                flush=True,
+            )
 
         if args.resizes:
             names = [f"tp-{i}" for i in range(min(args.resizes, args.jobs))]

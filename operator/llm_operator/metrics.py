@@ -73,6 +73,13 @@ REACTION = Histogram(
     "From the failure signal's API timestamp to the lost worker's deletion (1 s timestamp resolution)",
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
 )
+REACTION_STAGE_METRIC = "llmjob_reaction_stage_seconds"
+REACTION_STAGES = Histogram(
+    REACTION_STAGE_METRIC,
+    "Where a pass that replaced a lost worker spent its time, on the operator's clock, by stage",
+    ["stage"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+)
 
 OPERATOR_STATE = Gauge(
     "llmjob_operator_state",
@@ -87,24 +94,35 @@ TOPOLOGY_SPREAD = Gauge(
 
 RESIZE_DIRECTIONS = ("up", "down")
 PROBE_RESULTS = ("answered", "failed")
+REACTION_STAGE_NAMES = ("queued", "planned", "deleted", "created")
+"""The ``stage`` label of ``llmjob_reaction_stage_seconds``: queued (the first event since the job's last
+pass woke it -> its pass starts), planned (-> the lost worker's deletion is sent), deleted (-> answered),
+created (the replacement sent -> answered)."""
 
 
-def _zeroed(counter: Counter, values: Iterable[str]) -> None:
-    """Create the counter's series at 0 for every value of its one label: ``increase()`` over a window then
+def _zeroed(metric: Counter | Histogram, values: Iterable[str]) -> None:
+    """Create the metric's series at 0 for every value of its one label: ``increase()`` over a window then
     has data (0) before the first event, and the first event counts as an increase of 1."""
     for value in values:
-        counter.labels(value)
+        metric.labels(value)
 
 
 _zeroed(FAILURES, SIGNALS)
 _zeroed(RESIZES, RESIZE_DIRECTIONS)
 _zeroed(PROGRESS_PROBES, PROBE_RESULTS)
 _zeroed(UNHEALTHY_NODES, KINDS)
+_zeroed(REACTION_STAGES, REACTION_STAGE_NAMES)
 
 
 def count_resize(old: int, new: int) -> None:
     """One change of a job's target size."""
     RESIZES.labels(RESIZE_DIRECTIONS[0] if new > old else RESIZE_DIRECTIONS[1]).inc()
+
+
+def observe_reaction(stages: Iterable[tuple[str, float]]) -> None:
+    """One pass's reaction to a lost worker: (stage, seconds) in ``REACTION_STAGE_NAMES``."""
+    for stage, seconds in stages:
+        REACTION_STAGES.labels(stage).observe(max(0.0, seconds))
 
 
 def count_probes(answered: int, failed: int) -> None:

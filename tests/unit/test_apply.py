@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import pytest
 from llm_operator.control import live_evict
-from llm_operator.control.apply import Applied, PlanApplier, at_size, plan_events
+from llm_operator.control.apply import Applied, PassClock, PlanApplier, at_size, plan_events
 from llm_operator.control.expectations import Expectations
 from llm_operator.control.kueue_sync import KueueSync
 from llm_operator.control.live_evict import LiveEvictor
 from llm_operator.control.node_marking import NodeMarker
+from llm_operator.metrics import REACTION_STAGE_NAMES
 from llm_operator.policy.deletion import DeletionReason
 from llm_operator.reconcile import Deletion, Plan
+from prometheus_client import REGISTRY
 
 from .fake_kube import FakeKube, record_events
 from .jobs import job
@@ -87,6 +90,39 @@ def test_members_leave_before_the_pods_go_and_the_index_lag_is_covered(
     assert [name for name, _ in kube.calls] == ["mark_node", "delete_pod", "create"]
     assert applied.created == ["llama-worker-1"]
     assert "old-1" in parts.expect.deleted and "llama-worker-1" in parts.expect.created
+
+
+def stage_totals() -> dict[str, tuple[float, float]]:
+    """(count, sum) of ``llmjob_reaction_stage_seconds`` by stage, as /metrics serves them."""
+    name = "llmjob_reaction_stage_seconds"
+    return {
+        stage: (
+            REGISTRY.get_sample_value(f"{name}_count", {"stage": stage}) or 0.0,
+            REGISTRY.get_sample_value(f"{name}_sum", {"stage": stage}) or 0.0,
+        )
+        for stage in REACTION_STAGE_NAMES
+    }
+
+
+def test_a_pass_that_replaces_a_lost_worker_records_where_its_time_went() -> None:
+    before = stage_totals()
+    lost = pod(1, uid="old-1")
+    decided = Plan(
+        create=[1], attempt=1, delete=[Deletion(lost, force=True, why=DeletionReason.NODE_NOT_READY)]
+    )
+    decided.lost = [("NodeNotReady", None)]
+    started = time.monotonic()
+    asyncio.run(applier(FakeKube()).pods(job(), decided, BODY, LOG, PassClock(started, woken=started - 0.5)))
+    after = stage_totals()
+    assert {s: after[s][0] - before[s][0] for s in REACTION_STAGE_NAMES} == dict.fromkeys(
+        REACTION_STAGE_NAMES, 1
+    )
+    assert after["queued"][1] - before["queued"][1] == pytest.approx(0.5)
+    assert all(0 <= after[s][1] - before[s][1] < 5 for s in ("planned", "deleted", "created"))
+
+    growing = Plan(create=[2], attempt=1)  # no lost worker: not a reaction
+    asyncio.run(applier(FakeKube()).pods(job(), growing, BODY, LOG, PassClock(time.monotonic(), None)))
+    assert stage_totals() == after
 
 
 def test_announce_emits_the_events_after_the_write(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,6 +49,15 @@ class Applied:
     """Workers the API server refused to create (admission): they do not exist."""
 
 
+@dataclass(frozen=True)
+class PassClock:
+    """When (monotonic) the pass started, and when the first event since the last pass woke the job (None:
+    a timer or a probe did); the reaction's stages are measured from them (``metrics.REACTION_STAGES``)."""
+
+    started: float
+    woken: float | None = None
+
+
 def at_size(status: Mapping[str, Any], spares: int) -> bool:
     """Running with every worker and spare the job wants: more room on some node changes nothing for it,
     so a node that comes back need not wake it (``llm_operator.control.jobs``)."""
@@ -96,9 +105,18 @@ class PlanApplier:
         self.karpenter = karpenter
         """Avoid nodes that repel pods by themselves with preferred terms (``builders.worker._affinity``)."""
 
-    async def pods(self, job: LLMTrainingJob, decided: Plan, body: kopf.Body, logger: kopf.Logger) -> Applied:
-        """Everything of the plan before its status: metrics, nodes, live members, deletions, creations."""
+    async def pods(
+        self,
+        job: LLMTrainingJob,
+        decided: Plan,
+        body: kopf.Body,
+        logger: kopf.Logger,
+        clock: PassClock | None = None,
+    ) -> Applied:
+        """Everything of the plan before its status: metrics, nodes, live members, deletions, creations.
+        ``clock``: the pass's, for the stages of a reaction to a lost worker."""
         now = time.time()
+        clock = clock or PassClock(time.monotonic())
         for signal, since in decided.lost:
             metrics.FAILURES.labels(signal).inc()
             metrics.REPLACEMENTS.inc()
@@ -109,9 +127,11 @@ class PlanApplier:
         await self.marker.record(decided.unhealthy, body, logger)
         if decided.evict:  # before the deletions: the survivors re-form without waiting for leases
             await self.evictor.evict(job, decided.evict, body, logger)
+        deleting = time.monotonic()
         await asyncio.gather(
             *(self.kube.delete_pod(self.namespace, d.pod.name, d.pod.uid, d.force) for d in decided.delete)
         )
+        deleted = time.monotonic()
         for d in decided.delete:
             self.expect.expect_deleted(d.pod.uid)
         pods = [
@@ -130,7 +150,17 @@ class PlanApplier:
             )
             for index in decided.create
         ]
+        creating = time.monotonic()
         answers = await asyncio.gather(*(self._create(p) for p in pods))
+        if decided.lost:
+            stages = [("planned", deleting - clock.started)]
+            if clock.woken is not None:
+                stages.append(("queued", clock.started - clock.woken))
+            if decided.delete:
+                stages.append(("deleted", deleted - deleting))
+            if pods:
+                stages.append(("created", time.monotonic() - creating))
+            metrics.observe_reaction(stages)
         created = [a is True for a in answers]
         refused = [a for a in answers if isinstance(a, Refusal)]
         for pod, answer, made in zip(pods, answers, created, strict=True):

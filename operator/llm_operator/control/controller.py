@@ -20,7 +20,7 @@ import kopf
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.desired import support_objects
-from llm_operator.control.apply import PlanApplier, at_size, with_refusals
+from llm_operator.control.apply import PassClock, PlanApplier, at_size, with_refusals
 from llm_operator.control.expectations import Expectations
 from llm_operator.control.ghosts import Ghosts, IndexAudit
 from llm_operator.control.kueue_sync import KueueSync
@@ -87,9 +87,13 @@ class JobController:
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants (``apply.at_size``):
         a node that comes back need not wake it (``llm_operator.control.jobs``)."""
+        self.woken_at: float | None = None
+        """When (monotonic) the first event since the last pass started woke the job (``apply.PassClock``)."""
 
     def wake_up(self) -> None:
         """An event concerns the job: run a pass soon."""
+        if self.woken_at is None:
+            self.woken_at = time.monotonic()
         self.wake.set()
 
     def job_deleted(self) -> None:
@@ -139,8 +143,10 @@ class JobController:
             if stopped or self.deleted:
                 break
             started = time.perf_counter()
+            clock = PassClock(time.monotonic(), self.woken_at)
+            self.woken_at = None
             try:
-                timeout = await self.reconcile(body, pods, nodes, logger)
+                timeout = await self.reconcile(body, pods, nodes, logger, clock)
             except Exception as exc:  # keep the loop alive: retry with backoff, visible in metrics and events
                 metrics.RECONCILE_ERRORS.inc()
                 logger.exception(f"reconcile of {self.namespace}/{self.name} failed: {exc}")
@@ -155,8 +161,10 @@ class JobController:
         pods_index: Mapping[Any, Iterable[PodView]],
         nodes_index: Mapping[Any, Iterable[NodeView]],
         logger: kopf.Logger,
+        clock: PassClock | None = None,
     ) -> float:
-        """One pass; returns seconds until the next pass is due without any event."""
+        """One pass; returns seconds until the next pass is due without any event. ``clock``: when the pass
+        started and what woke it (the stages of a reaction, ``apply.PassClock``)."""
         problem = await self.runtime.resolve(body, self.status.current(body))
         if problem is not None:
             current = self.status.current(body)
@@ -180,7 +188,7 @@ class JobController:
         admission = await self.kueue.admission(job, workload)
         decided = plan(job, mine, nodes, everyone, now, self.prober.tracker.progress(), admission)
         previous = self.status.current(body)
-        applied = await self.applier.pods(job, decided, body, logger)
+        applied = await self.applier.pods(job, decided, body, logger, clock)
         status = with_refusals(
             {**decided.status, "runtime": self.runtime.copy}, previous, applied, job.metadata.generation
         )
