@@ -94,10 +94,10 @@ TOPOLOGY_SPREAD = Gauge(
 
 RESIZE_DIRECTIONS = ("up", "down")
 PROBE_RESULTS = ("answered", "failed")
-REACTION_STAGE_NAMES = ("queued", "planned", "deleted", "created")
+REACTION_STAGE_NAMES = ("queued", "planned", "deleted", "replaced", "created")
 """The ``stage`` label of ``llmjob_reaction_stage_seconds``: queued (the first event since the job's last
 pass woke it -> its pass starts), planned (-> the lost worker's deletion is sent), deleted (-> answered),
-created (the replacement sent -> answered)."""
+replaced (-> the replacement's creation is sent, in the same pass or the next), created (-> answered)."""
 
 
 def _zeroed(metric: Counter | Histogram, values: Iterable[str]) -> None:

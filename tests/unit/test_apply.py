@@ -104,25 +104,44 @@ def stage_totals() -> dict[str, tuple[float, float]]:
     }
 
 
-def test_a_pass_that_replaces_a_lost_worker_records_where_its_time_went() -> None:
-    before = stage_totals()
-    lost = pod(1, uid="old-1")
-    decided = Plan(
-        create=[1], attempt=1, delete=[Deletion(lost, force=True, why=DeletionReason.NODE_NOT_READY)]
-    )
-    decided.lost = [("NodeNotReady", None)]
-    started = time.monotonic()
-    asyncio.run(applier(FakeKube()).pods(job(), decided, BODY, LOG, PassClock(started, woken=started - 0.5)))
-    after = stage_totals()
-    assert {s: after[s][0] - before[s][0] for s in REACTION_STAGE_NAMES} == dict.fromkeys(
-        REACTION_STAGE_NAMES, 1
-    )
-    assert after["queued"][1] - before["queued"][1] == pytest.approx(0.5)
-    assert all(0 <= after[s][1] - before[s][1] < 5 for s in ("planned", "deleted", "created"))
+def stage_counts(before: dict[str, tuple[float, float]]) -> dict[str, float]:
+    now = stage_totals()
+    return {s: now[s][0] - before[s][0] for s in REACTION_STAGE_NAMES if now[s][0] > before[s][0]}
 
-    growing = Plan(create=[2], attempt=1)  # no lost worker: not a reaction
-    asyncio.run(applier(FakeKube()).pods(job(), growing, BODY, LOG, PassClock(time.monotonic(), None)))
+
+def test_the_reaction_to_a_lost_worker_records_where_its_time_went_over_its_two_passes() -> None:
+    parts, lost = applier(FakeKube()), pod(1, uid="old-1")
+    deleting = Plan(attempt=1, delete=[Deletion(lost, force=True, why=DeletionReason.NODE_NOT_READY)])
+    deleting.lost = [("NodeNotReady", None)]
+    before = stage_totals()
+    started = time.monotonic()
+    asyncio.run(parts.pods(job(), deleting, BODY, LOG, PassClock(started, woken=started - 0.5)))
+    assert stage_counts(before) == {"queued": 1, "planned": 1, "deleted": 1}
+    assert stage_totals()["queued"][1] - before["queued"][1] == pytest.approx(0.5)
+
+    replacing = Plan(create=[1], attempt=1)  # the next pass, once the deletion is seen
+    asyncio.run(parts.pods(job(), replacing, BODY, LOG, PassClock(time.monotonic())))
+    assert stage_counts(before) == {"queued": 1, "planned": 1, "deleted": 1, "replaced": 1, "created": 1}
+    after = stage_totals()
+    assert all(0 <= after[s][1] - before[s][1] < 5 for s in ("planned", "deleted", "replaced", "created"))
+
+    growing = Plan(create=[2], attempt=1)  # no lost worker before it: not a reaction
+    asyncio.run(parts.pods(job(), growing, BODY, LOG, PassClock(time.monotonic())))
     assert stage_totals() == after
+
+
+def test_a_lost_worker_replaced_in_the_same_pass_records_every_stage_once() -> None:
+    decided = Plan(
+        create=[1],
+        attempt=1,
+        delete=[Deletion(pod(1, uid="old-1"), force=True, why=DeletionReason.POD_FAILED)],
+    )
+    decided.lost = [("PodFailed", None)]
+    before = stage_totals()
+    asyncio.run(applier(FakeKube()).pods(job(), decided, BODY, LOG, PassClock(time.monotonic())))
+    assert stage_counts(before) == {"planned": 1, "deleted": 1, "replaced": 1, "created": 1}, (
+        "no event: no queue"
+    )
 
 
 def test_announce_emits_the_events_after_the_write(monkeypatch: pytest.MonkeyPatch) -> None:

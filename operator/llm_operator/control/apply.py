@@ -49,6 +49,10 @@ class Applied:
     """Workers the API server refused to create (admission): they do not exist."""
 
 
+REPLACEMENT_WINDOW_S = 60.0
+"""A creation this long after a lost worker's deletion is not its replacement (the job shrank, then grew)."""
+
+
 @dataclass(frozen=True)
 class PassClock:
     """When (monotonic) the pass started, and when the first event since the last pass woke the job (None:
@@ -104,6 +108,8 @@ class PlanApplier:
         self.evictor = evictor
         self.karpenter = karpenter
         """Avoid nodes that repel pods by themselves with preferred terms (``builders.worker._affinity``)."""
+        self.deleted_at: float | None = None
+        """When (monotonic) the last lost workers' deletion was answered, until a replacement is created."""
 
     async def pods(
         self,
@@ -152,15 +158,7 @@ class PlanApplier:
         ]
         creating = time.monotonic()
         answers = await asyncio.gather(*(self._create(p) for p in pods))
-        if decided.lost:
-            stages = [("planned", deleting - clock.started)]
-            if clock.woken is not None:
-                stages.append(("queued", clock.started - clock.woken))
-            if decided.delete:
-                stages.append(("deleted", deleted - deleting))
-            if pods:
-                stages.append(("created", time.monotonic() - creating))
-            metrics.observe_reaction(stages)
+        self._time_reaction(decided, clock, (deleting, deleted, creating, time.monotonic()), bool(pods))
         created = [a is True for a in answers]
         refused = [a for a in answers if isinstance(a, Refusal)]
         for pod, answer, made in zip(pods, answers, created, strict=True):
@@ -179,6 +177,29 @@ class PlanApplier:
             metrics.count_resize(old, new)
         made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
         return Applied(now, made_names, refused)
+
+    def _time_reaction(
+        self, decided: Plan, clock: PassClock, marks: tuple[float, float, float, float], created: bool
+    ) -> None:
+        """The stages of a reaction to a lost worker (``metrics.REACTION_STAGE_NAMES``): the pass that
+        deletes it gives queued, planned and deleted; the pass that creates its replacement (the same one,
+        or the next, once the deletion is seen) gives replaced and created. ``marks``: deletions sent and
+        answered, creations sent and answered (monotonic)."""
+        deleting, deleted, creating, answered = marks
+        if decided.lost:
+            stages = [("planned", deleting - clock.started)]
+            if clock.woken is not None:
+                stages.append(("queued", clock.started - clock.woken))
+            if decided.delete:
+                stages.append(("deleted", deleted - deleting))
+            metrics.observe_reaction(stages)
+            self.deleted_at = deleted
+        if created and self.deleted_at is not None:
+            if creating - self.deleted_at <= REPLACEMENT_WINDOW_S:
+                metrics.observe_reaction(
+                    [("replaced", creating - self.deleted_at), ("created", answered - creating)]
+                )
+            self.deleted_at = None
 
     async def _create(self, pod: dict[str, Any]) -> bool | Refusal:
         """``Kube.create``; a refusal of the pod itself (admission, quota) as a :class:`Refusal`."""
