@@ -26,7 +26,7 @@ from typing import Any
 import kopf
 
 from llm_operator import labels, metrics
-from llm_operator.kube import Kube, KubeError
+from llm_operator.kube import Kube
 from llm_operator.observe import PodView
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class ListingAudit:
             self.again = False
             try:
                 await self.audit(pods_index)
-            except KubeError as exc:
+            except Exception as exc:  # any failure of the lists (an answer, the network): try again
                 log.warning(
                     f"IndexGhosts: the audit after a listing of the pods failed ({exc}); again in "
                     f"{AUDIT_RETRY_S:g}s"
