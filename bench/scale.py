@@ -518,22 +518,34 @@ def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: flo
     }
 
 
-def operator_stages(port: int) -> dict[str, tuple[float, float]]:
-    """(count, sum) of the operator's ``llmjob_reaction_stage_seconds`` by stage (empty when unreadable)."""
+def histogram_totals(port: int, name: str, label: str) -> dict[str, tuple[float, float]]:
+    """(count, sum) of the operator's histogram ``name`` by the value of ``label`` ("" for a histogram
+    without it); empty when the metrics cannot be read."""
     out: dict[str, tuple[float, float]] = {}
     with contextlib.suppress(OSError):
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         for family in text_string_to_metric_families(text):
-            if family.name != REACTION_STAGE_METRIC:
+            if family.name != name:
                 continue
             for sample in family.samples:
-                stage = sample.labels.get("stage", "")
-                count, total = out.get(stage, (0.0, 0.0))
+                value = sample.labels.get(label, "")
+                count, total = out.get(value, (0.0, 0.0))
                 if sample.name.endswith("_count"):
-                    out[stage] = (sample.value, total)
+                    out[value] = (sample.value, total)
                 elif sample.name.endswith("_sum"):
-                    out[stage] = (count, sample.value)
+                    out[value] = (count, sample.value)
     return out
+
+
+def operator_stages(port: int) -> dict[str, tuple[float, float]]:
+    """The reaction's stages (``llmjob_reaction_stage_seconds``), and as stages "lag" and "gc" the event
+    loop's lateness and the garbage collections' pauses (all generations) over the same window."""
+    stages = histogram_totals(port, REACTION_STAGE_METRIC, "stage")
+    lag = histogram_totals(port, "llmjob_operator_loop_lag_seconds", "")
+    pauses = histogram_totals(port, "llmjob_operator_gc_pause_seconds", "generation")
+    stages["lag"] = lag.get("", (0.0, 0.0))
+    stages["gc"] = (sum(c for c, _ in pauses.values()), sum(t for _, t in pauses.values()))
+    return stages
 
 
 def stage_deltas(
@@ -602,9 +614,10 @@ def reaction_trials(
 
 
 def stage_split(trials: list[dict[str, float]]) -> dict[str, Any]:
-    """p50/max of each stage of the reactions on the operator's clock (``metrics.REACTION_STAGE_NAMES``)."""
+    """p50/max of each stage of the reactions on the operator's clock (``metrics.REACTION_STAGE_NAMES``),
+    and of the loop's lateness and the collections' pauses in each trial."""
     out: dict[str, Any] = {"n": len(trials)}
-    for stage in REACTION_STAGE_NAMES:
+    for stage in (*REACTION_STAGE_NAMES, "lag", "gc"):
         values = [1000 * t[stage] for t in trials if stage in t]
         if values:
             out[stage] = {"p50_ms": round(statistics.median(values)), "max_ms": round(max(values))}

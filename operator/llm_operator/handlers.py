@@ -21,11 +21,14 @@ from llm_operator.builders.workload import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
 from llm_operator.control.jobs import MEMO_KEY, RunningJobs, job_facts, running_jobs
 from llm_operator.kopf_private import daemon_without_finalizer
 from llm_operator.kube import Kube, connect
+from llm_operator.loop_health import LoopWatch
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
 from llm_operator.settings import Settings, kueue_enabled
 
 WORKER_LABELS = labels.WORKERS
 OWNED_LABELS = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+LOOP_WATCH_KEY = "llmjob-loop-watch"
+"""Where the start-up handler puts the ``LoopWatch`` in kopf's memo."""
 
 
 @kopf.on.startup()
@@ -48,6 +51,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     ours = Settings.from_env()
     settings.peering.lifetime = ours.peering_lifetime_seconds
     memo[MEMO_KEY] = RunningJobs(Kube(await connect()), ours)
+    watch = LoopWatch()
+    watch.start()
+    memo[LOOP_WATCH_KEY] = watch
 
 
 @kopf.on.login()
@@ -58,10 +64,13 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    """Close our API client."""
+    """Close our API client and stop watching the loop."""
     jobs = memo.pop(MEMO_KEY, None)
     if isinstance(jobs, RunningJobs):
         await jobs.close()
+    watch = memo.pop(LOOP_WATCH_KEY, None)
+    if isinstance(watch, LoopWatch):
+        await watch.close()
 
 
 @kopf.index("pods", labels=WORKER_LABELS)

@@ -81,6 +81,19 @@ REACTION_STAGES = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
 )
 
+LOOP_LAG = Histogram(
+    "llmjob_operator_loop_lag_seconds",
+    "How much later than asked a 0.1 s sleep on the operator's event loop came back (a busy loop)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+)
+GC_PAUSE = Histogram(
+    "llmjob_operator_gc_pause_seconds",
+    "How long each garbage collection stopped the operator, by generation",
+    ["generation"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2),
+)
+GC_GENERATIONS = ("0", "1", "2")
+
 OPERATOR_STATE = Gauge(
     "llmjob_operator_state",
     "1 on this replica's peering state (active: it reconciles; docs/operations.md, the probe states)",
@@ -112,6 +125,7 @@ _zeroed(RESIZES, RESIZE_DIRECTIONS)
 _zeroed(PROGRESS_PROBES, PROBE_RESULTS)
 _zeroed(UNHEALTHY_NODES, KINDS)
 _zeroed(REACTION_STAGES, REACTION_STAGE_NAMES)
+_zeroed(GC_PAUSE, GC_GENERATIONS)
 
 
 def count_resize(old: int, new: int) -> None:
