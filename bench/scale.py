@@ -518,31 +518,34 @@ def throughput(kube: Kubectl, rec: Recorder, jobs: int, per_job: int, limit: flo
     }
 
 
-def histogram_totals(port: int, name: str, label: str) -> dict[str, tuple[float, float]]:
-    """(count, sum) of the operator's histogram ``name`` by the value of ``label`` ("" for a histogram
-    without it); empty when the metrics cannot be read."""
+def histogram_totals(text: str, name: str, label: str) -> dict[str, tuple[float, float]]:
+    """(count, sum) of histogram ``name`` in the metrics page ``text`` by the value of ``label`` ("" for a
+    histogram without it)."""
     out: dict[str, tuple[float, float]] = {}
-    with contextlib.suppress(OSError):
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        for family in text_string_to_metric_families(text):
-            if family.name != name:
-                continue
-            for sample in family.samples:
-                value = sample.labels.get(label, "")
-                count, total = out.get(value, (0.0, 0.0))
-                if sample.name.endswith("_count"):
-                    out[value] = (sample.value, total)
-                elif sample.name.endswith("_sum"):
-                    out[value] = (count, sample.value)
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            value = sample.labels.get(label, "")
+            count, total = out.get(value, (0.0, 0.0))
+            if sample.name.endswith("_count"):
+                out[value] = (sample.value, total)
+            elif sample.name.endswith("_sum"):
+                out[value] = (count, sample.value)
     return out
 
 
 def operator_stages(port: int) -> dict[str, tuple[float, float]]:
     """The reaction's stages (``llmjob_reaction_stage_seconds``), and as stages "lag" and "gc" the event
-    loop's lateness and the garbage collections' pauses (all generations) over the same window."""
-    stages = histogram_totals(port, REACTION_STAGE_METRIC, "stage")
-    lag = histogram_totals(port, "llmjob_operator_loop_lag_seconds", "")
-    pauses = histogram_totals(port, "llmjob_operator_gc_pause_seconds", "generation")
+    loop's lateness and the garbage collections' pauses (all generations) over the same window, from one
+    read of the operator's metrics (empty when they cannot be read)."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    except OSError:
+        return {}
+    stages = histogram_totals(text, REACTION_STAGE_METRIC, "stage")
+    lag = histogram_totals(text, "llmjob_operator_loop_lag_seconds", "")
+    pauses = histogram_totals(text, "llmjob_operator_gc_pause_seconds", "generation")
     stages["lag"] = lag.get("", (0.0, 0.0))
     stages["gc"] = (sum(c for c, _ in pauses.values()), sum(t for _, t in pauses.values()))
     return stages

@@ -25,7 +25,6 @@ from llm_operator.loop_health import LoopWatch
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
 from llm_operator.settings import Settings, kueue_enabled
 
-WORKER_LABELS = labels.WORKERS
 OWNED_LABELS = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
 LOOP_WATCH_KEY = "llmjob-loop-watch"
 """Where the start-up handler puts the ``LoopWatch`` in kopf's memo."""
@@ -73,7 +72,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await watch.close()
 
 
-@kopf.index("pods", labels=WORKER_LABELS)
+@kopf.index("pods", labels=labels.WORKERS)
 async def worker_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView] | None:
     """Worker pods by (namespace, job name)."""
     view = pod_view(dict(body))
@@ -89,7 +88,7 @@ async def nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[s
     return {name: node_view(dict(body), running_jobs(memo).settings.node_conditions)}
 
 
-@kopf.on.event("pods", labels=WORKER_LABELS)
+@kopf.on.event("pods", labels=labels.WORKERS)
 async def pod_changed(
     body: kopf.Body, namespace: str | None, type: str | None, memo: kopf.Memo, **kwargs: Any
 ) -> None:
