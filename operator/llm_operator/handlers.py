@@ -21,13 +21,15 @@ from llm_operator.builders.workload import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
 from llm_operator.control.jobs import MEMO_KEY, RunningJobs, job_facts, running_jobs
 from llm_operator.kopf_private import daemon_without_finalizer
 from llm_operator.kube import Kube, connect
-from llm_operator.loop_health import LoopWatch
+from llm_operator.loop_health import HeapFreeze, LoopWatch
 from llm_operator.observe import NodeView, PodView, node_view, pod_view
 from llm_operator.settings import Settings, kueue_enabled
 
 OWNED_LABELS = {labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
 LOOP_WATCH_KEY = "llmjob-loop-watch"
 """Where the start-up handler puts the ``LoopWatch`` in kopf's memo."""
+HEAP_FREEZE_KEY = "llmjob-heap-freeze"
+"""Where the start-up handler puts the ``HeapFreeze`` in kopf's memo."""
 
 
 @kopf.on.startup()
@@ -53,6 +55,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     watch = LoopWatch()
     watch.start()
     memo[LOOP_WATCH_KEY] = watch
+    freeze = HeapFreeze(ours.gc_thaw_seconds)
+    freeze.start()
+    memo[HEAP_FREEZE_KEY] = freeze
 
 
 @kopf.on.login()
@@ -63,13 +68,16 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    """Close our API client and stop watching the loop."""
+    """Close our API client, stop watching the loop and thaw the heap."""
     jobs = memo.pop(MEMO_KEY, None)
     if isinstance(jobs, RunningJobs):
         await jobs.close()
     watch = memo.pop(LOOP_WATCH_KEY, None)
     if isinstance(watch, LoopWatch):
         await watch.close()
+    freeze = memo.pop(HEAP_FREEZE_KEY, None)
+    if isinstance(freeze, HeapFreeze):
+        freeze.close()
 
 
 @kopf.index("pods", labels=labels.WORKERS)

@@ -19,6 +19,9 @@ DEFAULT_PEERING_LIFETIME_S = 10
 """A replica's peering entry counts as alive this long after its last keep-alive (kopf renews it 5-10 s
 before it runs out, at least every second): a standby takes over within this much of the active one's
 crash (kopf's own default, 60 s, made failover take up to a minute; docs/benchmarks.md, "HA failover")."""
+DEFAULT_GC_THAW_SECONDS = 3600.0
+"""The heap frozen after each full garbage collection is thawed this often, so that the next full collection
+frees what died in cycles among frozen objects (llm_operator.loop_health.HeapFreeze)."""
 DEFAULT_NODE_CONDITIONS: dict[str, str] = {
     "AcceleratedHardwareReady": "False",
     "NetworkingReady": "False",
@@ -55,6 +58,8 @@ class Settings:
     """Label and taint (NoSchedule) a node a worker found unhealthy, for every workload
     (LLMJOB_MARK_UNHEALTHY_NODES=true; needs `patch` on nodes). Off: only the job avoids it."""
     index_audit_seconds: float = DEFAULT_INDEX_AUDIT_SECONDS
+    """How often each job audits the pod index for pods deleted during a watch gap, besides after every
+    re-list (LLMJOB_INDEX_AUDIT_SECONDS; 0: only after re-lists)."""
     karpenter: bool = False
     """Karpenter launches the cluster's nodes (LLMJOB_KARPENTER; the chart's karpenter.enabled, auto by
     default): a worker avoids a node that repels pods by itself (a taint, a cordon, gone) with a preferred
@@ -66,15 +71,16 @@ class Settings:
     peering_lifetime_seconds: int = DEFAULT_PEERING_LIFETIME_S
     """kopf's settings.peering.lifetime (LLMJOB_PEERING_LIFETIME, whole seconds >= 1; the chart's
     peering.lifetimeSeconds): how soon a standby replica takes over from a crashed one."""
-    """How often each job audits the pod index for pods deleted during a watch gap, besides after every
-    re-list (LLMJOB_INDEX_AUDIT_SECONDS; 0: only after re-lists)."""
+    gc_thaw_seconds: float = DEFAULT_GC_THAW_SECONDS
+    """Survivors of each full garbage collection are frozen out of the next ones, and thawed this often
+    (LLMJOB_GC_THAW_SECONDS; 0: never frozen, Python's own collector as it is)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read LLMJOB_RENDEZVOUS_IMAGE, LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object),
         LLMJOB_OPERATOR_NAMESPACE, LLMJOB_OPERATOR_POD_LABELS (a JSON object), LLMJOB_KUEUE and
         LLMJOB_PROGRESS_SECONDS, LLMJOB_MARK_UNHEALTHY_NODES, LLMJOB_INDEX_AUDIT_SECONDS,
-        LLMJOB_NODE_CONDITIONS and LLMJOB_PEERING_LIFETIME."""
+        LLMJOB_NODE_CONDITIONS, LLMJOB_PEERING_LIFETIME and LLMJOB_GC_THAW_SECONDS."""
         env = dict(os.environ) if environ is None else environ
         operator_labels = _string_map(env, "LLMJOB_OPERATOR_POD_LABELS")
         conditions = _string_map(env, "LLMJOB_NODE_CONDITIONS")
@@ -94,6 +100,7 @@ class Settings:
             peering_lifetime_seconds=_whole_seconds(
                 env, "LLMJOB_PEERING_LIFETIME", DEFAULT_PEERING_LIFETIME_S
             ),
+            gc_thaw_seconds=_seconds(env, "LLMJOB_GC_THAW_SECONDS", DEFAULT_GC_THAW_SECONDS),
         )
 
 
