@@ -77,14 +77,20 @@ OPERATOR_SHIM = r"""
 import collections, gc, json, os, runpy, signal, sys
 def heap(*_):
     counts, sizes = collections.Counter(), collections.Counter()
-    for o in gc.get_objects():
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()  # frozen objects (llm_operator.loop_health.HeapFreeze) are not in gc.get_objects()
+    found = gc.get_objects()
+    if frozen:
+        gc.freeze()
+    for o in found:
         t = type(o)
         name = f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', t.__name__)}"
         counts[name] += 1
         sizes[name] += sys.getsizeof(o)
     top = [(n, counts[n], sizes[n]) for n, _ in sizes.most_common(40)]
     with open(os.environ["LLMJOB_BENCH_HEAP"], "w") as f:
-        json.dump({"objects": sum(counts.values()), "bytes": sum(sizes.values()), "top": top}, f)
+        total = sum(sizes.values())
+        json.dump({"objects": sum(counts.values()), "frozen": frozen, "bytes": total, "top": top}, f)
 def safe_heap(*_):
     try:
         heap()

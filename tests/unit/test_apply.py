@@ -65,7 +65,7 @@ def test_members_leave_before_the_pods_go_and_the_index_lag_is_covered(
     kube = FakeKube()
     order: list[str] = []
 
-    async def evict(address: str, prefix: str, pods: Any) -> int:
+    async def evict(address: str, prefix: str, pods: Any, **_: Any) -> int:
         order.append("evict")
         return 1
 

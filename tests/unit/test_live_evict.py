@@ -91,7 +91,7 @@ def test_the_job_etcd_is_its_endpoint_else_the_managed_pod_else_its_service() ->
 def test_an_eviction_that_fails_is_a_warning_event(monkeypatch: pytest.MonkeyPatch) -> None:
     events = record_events(monkeypatch)
 
-    async def refused(address: str, prefix: str, pods: Any) -> int:
+    async def refused(address: str, prefix: str, pods: Any, **_: Any) -> int:
         raise RuntimeError(f"etcd at {address}: refused")
 
     monkeypatch.setattr(live_evict, "evict_pods", refused)
@@ -99,3 +99,41 @@ def test_an_eviction_that_fails_is_a_warning_event(monkeypatch: pytest.MonkeyPat
     body: Any = {}
     asyncio.run(_evictor(FakeKube()).evict(external, ["llama-worker-1"], body, logging.getLogger("t")))
     assert events.reasons() == ["LiveEvictionFailed"] and "their leases expire" in events[0][2]
+
+
+def test_generation_reads_of_an_etcd_that_does_not_answer_look_it_up_less_and_less(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers: list[bool] = []
+
+    async def read(address: str, prefix: str, **_: Any) -> list[str]:
+        if not answers.pop(0):
+            raise RuntimeError(f"etcd at {address}: refused")
+        return ["llama-worker-0.7"]
+
+    monkeypatch.setattr(live_evict, "read_generation_members", read)
+    kube = FakeKube()
+    kube.ips = ["10.1.2.3"]
+    now = [0.0]
+    evictor = LiveEvictor(kube, "ml", clock=lambda: now[0])
+    managed = job(rendezvous={"backend": "etcd-v3"})
+
+    def rounds(until: float, answer: bool) -> list[float]:
+        """Read every 10 s until ``until``; when the rendezvous pod was listed."""
+        lookups = []
+        while now[0] <= until:
+            before = len(kube.calls)
+            answers.append(answer)
+            pods = asyncio.run(evictor.generation_pods(managed))
+            assert (pods is not None) == answer
+            if len(kube.calls) > before:
+                lookups.append(now[0])
+            now[0] += 10
+        return lookups
+
+    # Failing: looked up after 10, 20, 40 s, then at most once a minute (was: at every round).
+    assert rounds(200, answer=False) == [0, 10, 30, 70, 130, 190]
+    # It answers again: the address is kept for a minute, and a new failure starts at 10 s again.
+    assert rounds(310, answer=True) == [250, 310]
+    assert rounds(330, answer=False) == [330]
+    assert rounds(350, answer=False) == [340]

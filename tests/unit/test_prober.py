@@ -59,7 +59,7 @@ def test_a_round_folds_the_answers_in_and_the_first_progress_wakes_the_pass(
 ) -> None:
     asked: list[list[str]] = []
 
-    async def probe(urls: list[str]) -> list[Sample]:
+    async def probe(urls: list[str], **_: Any) -> list[Sample]:
         asked.append(urls)
         return [Sample(step=5, timestamp=100.0)]
 

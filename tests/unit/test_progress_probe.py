@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from llm_operator.control.endpoints import Endpoints
 from llm_operator.control.scrape import PROBE_TIMEOUT, probe
 
 CHILD = """
@@ -71,3 +72,20 @@ def test_stopped_trainer_times_out_as_no_answer(trainer_endpoint: tuple[subproce
     assert elapsed < 10 * PROBE_TIMEOUT, f"probes are bounded by their timeout ({elapsed:.1f}s)"
     child.send_signal(signal.SIGCONT)
     assert [s.step for s in asyncio.run(probe([url]))] == [42], "answers again once continued"
+
+
+def test_rounds_share_the_operators_one_session(trainer_endpoint: tuple[subprocess.Popen[str], str]) -> None:
+    _, url = trainer_endpoint
+
+    async def rounds() -> None:
+        endpoints = Endpoints()
+        shared = endpoints.session()
+        for _ in range(3):
+            assert [s.step for s in await probe([url], endpoints=endpoints)] == [42]
+        assert endpoints.session() is shared and not shared.closed
+        await endpoints.close()
+        assert shared.closed, "closed with the operator"
+        assert endpoints.session() is not shared, "a closed session is made again on use"
+        await endpoints.close()
+
+    asyncio.run(rounds())

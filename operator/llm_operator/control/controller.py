@@ -21,6 +21,7 @@ from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.desired import support_objects
 from llm_operator.control.apply import PassClock, PlanApplier, at_size, with_refusals
+from llm_operator.control.endpoints import Endpoints
 from llm_operator.control.expectations import Expectations
 from llm_operator.control.ghosts import Ghosts, IndexAudit
 from llm_operator.control.kueue_sync import KueueSync
@@ -45,7 +46,13 @@ class JobController:
     """Owns one job while the operator runs it (one per kopf daemon): wires its parts and runs the loop."""
 
     def __init__(
-        self, kube: Kube, settings: Settings, namespace: str, name: str, ghosts: Ghosts | None = None
+        self,
+        kube: Kube,
+        settings: Settings,
+        namespace: str,
+        name: str,
+        ghosts: Ghosts | None = None,
+        endpoints: Endpoints | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
@@ -57,7 +64,7 @@ class JobController:
         self.expect = Expectations()
         self.status = StatusWriter(kube, namespace, name)
         self.runtime = RuntimeResolver(kube, namespace, name)
-        self.live = LiveEvictor(kube, namespace)
+        self.live = LiveEvictor(kube, namespace, endpoints)
         self.prober = ProgressProber(
             (namespace, name),
             settings.progress_seconds,
@@ -66,6 +73,7 @@ class JobController:
             self.wake,
             self.live.generation_pods,
             kube.failed_scheduling,
+            endpoints,
         )
         self.ghosts = ghosts if ghosts is not None else Ghosts()
         """Pods the index holds that are gone (shared by every controller; see

@@ -15,6 +15,7 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.control.controller import JobController
+from llm_operator.control.endpoints import Endpoints
 from llm_operator.control.ghosts import Ghosts, ListingAudit, LiveWorkers
 from llm_operator.control.node_marking import NodeMarker
 from llm_operator.kube import Kube
@@ -82,6 +83,8 @@ class RunningJobs:
         """Worker pods the index holds although they are gone (``llm_operator.control.ghosts``)."""
         self.listing_audit = ListingAudit(kube, self.ghosts, self.wake)
         """Audits the whole index after a listing of the pods, and wakes the jobs that had a ghost."""
+        self.endpoints = Endpoints()
+        """The one HTTP client of every controller's requests to pods (probes, a job's etcd)."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
         """Marks nodes that fail a platform condition, for every workload
         (``llm_operator.control.node_marking``)."""
@@ -92,7 +95,9 @@ class RunningJobs:
 
     def start(self, key: JobKey) -> JobController:
         """A new controller for the job, the one its events wake from now on."""
-        controller = JobController(self.kube, self.settings, *key, ghosts=self.ghosts)
+        controller = JobController(
+            self.kube, self.settings, *key, ghosts=self.ghosts, endpoints=self.endpoints
+        )
         self.controllers[key] = controller
         return controller
 
@@ -145,8 +150,9 @@ class RunningJobs:
         self.node_changed(view.name, health, pods_index)
 
     async def close(self) -> None:
-        """Stop an audit in flight and close the API client (the operator stops)."""
+        """Stop an audit in flight and close the API and HTTP clients (the operator stops)."""
         await self.listing_audit.close()
+        await self.endpoints.close()
         await self.kube.api.close()
 
     def node_changed(

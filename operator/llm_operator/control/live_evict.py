@@ -25,7 +25,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import aiohttp
 import kopf
@@ -34,6 +34,7 @@ from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders import rendezvous
 from llm_operator.builders.worker import live_prefix
+from llm_operator.control.endpoints import Endpoints, session_of
 from llm_operator.kube import Kube, KubeError
 from llm_operator.policy.membership import member_pods
 
@@ -42,7 +43,11 @@ log = logging.getLogger(__name__)
 EVICT_TIMEOUT = 2.0
 """Seconds the whole eviction may take before the operator goes on deleting the pods."""
 ADDRESS_SECONDS = 60.0
-"""How long a looked-up etcd address is reused by the generation reads (a failed read looks it up again)."""
+"""How long a looked-up etcd address is reused by the generation reads."""
+RETRY_SECONDS = 10.0
+"""After a failed generation read the address is looked up again this long after the last look-up; each
+look-up whose read fails too doubles the wait, up to ``ADDRESS_SECONDS``: a job whose etcd does not answer
+lists its rendezvous pod about once a minute, not at every probe round."""
 
 
 def member_range(prefix: str, pod: str) -> tuple[str, str]:
@@ -75,7 +80,13 @@ async def _delete_one(session: aiohttp.ClientSession, url: str, prefix: str, pod
     return int(json.loads(text).get("deleted", 0))
 
 
-async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: float = EVICT_TIMEOUT) -> int:
+async def evict_pods(
+    address: str,
+    prefix: str,
+    pods: Iterable[str],
+    timeout: float = EVICT_TIMEOUT,
+    endpoints: Endpoints | None = None,
+) -> int:
     """Delete the member keys of ``pods`` at etcd ``address`` (host:port); returns how many were deleted.
 
     Raises ``RuntimeError`` (with the reason) when etcd cannot be reached or refuses, or the timeout passed.
@@ -86,14 +97,16 @@ async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: fl
     host, _, port = address.rpartition(":")
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v3/kv/deleterange"
     try:
-        async with asyncio.timeout(timeout), aiohttp.ClientSession() as session:
+        async with asyncio.timeout(timeout), session_of(endpoints) as session:
             counts = await asyncio.gather(*(_delete_one(session, url, prefix, pod) for pod in names))
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         raise RuntimeError(f"etcd at {address}: {type(exc).__name__}: {exc}") from exc
     return sum(counts)
 
 
-async def read_generation_members(address: str, prefix: str, timeout: float = EVICT_TIMEOUT) -> list[str]:
+async def read_generation_members(
+    address: str, prefix: str, timeout: float = EVICT_TIMEOUT, endpoints: Endpoints | None = None
+) -> list[str]:
     """The member ids of the generation stored under ``prefix`` at etcd ``address`` ([] when none yet).
 
     Raises ``RuntimeError`` (with the reason) when etcd cannot be reached, refuses, or the record is not
@@ -104,7 +117,7 @@ async def read_generation_members(address: str, prefix: str, timeout: float = EV
     try:
         async with (
             asyncio.timeout(timeout),
-            aiohttp.ClientSession() as session,
+            session_of(endpoints) as session,
             session.post(url, json=body) as response,
         ):
             text = await response.text()
@@ -123,26 +136,44 @@ class LiveEvictor:
     """Evicts the live members of a job's lost workers through the job's etcd, and reads its generation,
     for its controller."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        endpoints: Endpoints | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
-        self._cached: tuple[str, float] | None = None
-        """The address the generation reads use, and when it was looked up (monotonic)."""
+        self.endpoints = endpoints
+        self.clock = clock
+        self._address: str | None = None
+        """The address the generation reads use."""
+        self._looked_up = 0.0
+        """When it was looked up (``clock``)."""
+        self._due = 0.0
+        """When the next read looks it up again."""
+        self._retry = RETRY_SECONDS
+        """After a failed read, the next look-up is due this long after the last one."""
 
     async def generation_pods(self, job: LLMTrainingJob) -> frozenset[str] | None:
         """The workers (pod names) of the training generation, None when etcd cannot be read now."""
-        now = time.monotonic()
-        if self._cached is None or now - self._cached[1] > ADDRESS_SECONDS:
+        now = self.clock()
+        if self._address is None or now >= self._due:
             try:
-                self._cached = (await self.address(job), now)
+                self._address = await self.address(job)
             except KubeError:
                 return None
+            self._looked_up, self._due = now, now + ADDRESS_SECONDS
         try:
-            members = await read_generation_members(self._cached[0], live_prefix(job))
+            members = await read_generation_members(self._address, live_prefix(job), endpoints=self.endpoints)
         except RuntimeError as exc:
             log.debug("reading the live generation failed: %s", exc)
-            self._cached = None
+            self._due = min(self._due, self._looked_up + self._retry)
+            if self._looked_up == now:  # the address just looked up fails too: wait longer next time
+                self._retry = min(ADDRESS_SECONDS, 2 * self._retry)
             return None
+        self._retry = RETRY_SECONDS
         return member_pods(members)
 
     async def address(self, job: LLMTrainingJob) -> str:
@@ -157,7 +188,7 @@ class LiveEvictor:
         started = time.monotonic()
         try:
             address = await self.address(job)
-            deleted = await evict_pods(address, live_prefix(job), pods)
+            deleted = await evict_pods(address, live_prefix(job), pods, endpoints=self.endpoints)
         except (RuntimeError, KubeError) as exc:
             message = f"could not evict the live members of {', '.join(pods)}: {exc}; their leases expire"
             logger.warning(f"LiveEvictionFailed: {message}")

@@ -14,6 +14,7 @@ import kopf
 
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
+from llm_operator.control.endpoints import Endpoints
 from llm_operator.control.scrape import ProgressTracker, metrics_url, probe, probe_interval, probe_targets
 from llm_operator.control.status_writer import StatusWriter
 from llm_operator.kube import KubeError
@@ -44,8 +45,11 @@ class ProgressProber:
         wake: asyncio.Event,
         live: LiveReader | None = None,
         scheduling: EventReader | None = None,
+        endpoints: Endpoints | None = None,
     ) -> None:
         self.key = key
+        self.endpoints = endpoints
+        """The operator's one HTTP client for pods (None: a session per round)."""
         self.live = live
         self.scheduling = scheduling
         """Reads why Pending workers get no node, while some are Pending (``policy.unschedulable``)."""
@@ -109,7 +113,7 @@ class ProgressProber:
     async def sample(self, workers: Iterable[PodView]) -> None:
         """One round: probe the targets among ``workers`` and fold the answers in."""
         targets = probe_targets(workers)
-        samples = await probe([metrics_url(p) for p in targets])
+        samples = await probe([metrics_url(p) for p in targets], endpoints=self.endpoints)
         metrics.count_probes(len(samples), len(targets) - len(samples))
         first = self.tracker.latest is None
         self.tracker.record(samples, time.time())

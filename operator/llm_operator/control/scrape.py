@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from llm_operator.control.endpoints import Endpoints, session_of
 from llm_operator.observe import PodView
 from llm_operator.policy.membership import LiveGeneration, track_outside
 from llm_operator.policy.progress import Progress, Sample
@@ -133,11 +134,13 @@ async def fetch_sample(
     return parse_sample(text)
 
 
-async def probe(urls: list[str], timeout: float = PROBE_TIMEOUT) -> list[Sample]:
+async def probe(
+    urls: list[str], timeout: float = PROBE_TIMEOUT, endpoints: Endpoints | None = None
+) -> list[Sample]:
     """Probe endpoints concurrently; the answers that came back."""
     if not urls:
         return []
-    async with aiohttp.ClientSession() as session:
+    async with session_of(endpoints) as session:
         found = await asyncio.gather(*(fetch_sample(session, url, timeout) for url in urls))
     return [s for s in found if s is not None]
 
