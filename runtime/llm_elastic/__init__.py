@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from llm_elastic.loss_rules import LossRule
     from llm_elastic.metrics import read_records
     from llm_elastic.order import GlobalOrder
-    from llm_elastic.persistence import RestoreFacts
+    from llm_elastic.position import RestoreFacts
     from llm_elastic.session import Elastic
     from llm_elastic.state import RNGState, Stateful
     from llm_elastic.step import Step
@@ -98,7 +98,7 @@ _HOME: dict[str, str] = {
     "LossRule": "llm_elastic.loss_rules",
     "read_records": "llm_elastic.metrics",
     "GlobalOrder": "llm_elastic.order",
-    "RestoreFacts": "llm_elastic.persistence",
+    "RestoreFacts": "llm_elastic.position",
     "Elastic": "llm_elastic.session",
     "RNGState": "llm_elastic.state",
     "Stateful": "llm_elastic.state",

@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from collections.abc import Generator, Iterator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from llm_elastic.config import ElasticConfig
@@ -34,7 +33,8 @@ from llm_elastic.errors import (
 )
 from llm_elastic.leave import Leave
 from llm_elastic.live import keys
-from llm_elastic.recovery import ModeHost, RecoveryMode, World
+from llm_elastic.position import World
+from llm_elastic.recovery import ModeHost, RecoveryMode
 from llm_elastic.step import Step
 from llm_elastic.transfer import synchronise
 from llm_elastic.wrap import WrapPolicy
@@ -94,7 +94,7 @@ class InProcess(RecoveryMode):
             if outcome is Outcome.DONE:
                 return
             self._spend(outcome)
-            log.info("membership changed after step %d; re-forming", s.progress.step)
+            log.info("membership changed after step %d; re-forming", s.position.progress.step)
             left = gen.number
 
     def _join(self, s: ModeHost) -> tuple[LiveGroup, Waiting]:
@@ -123,7 +123,10 @@ class InProcess(RecoveryMode):
         assert self.membership is not None
         try:
             return self.membership.next_generation(
-                left, s.contract.min_members, self.config.form_timeout, lambda: waiting.tick(s.progress.step)
+                left,
+                s.contract.min_members,
+                self.config.form_timeout,
+                lambda: waiting.tick(s.position.progress.step),
             )
         except RunFinished:
             return None
@@ -139,8 +142,8 @@ class InProcess(RecoveryMode):
         generation still open: ``Elastic.steps()`` leaves first, then :meth:`close` drops the groups."""
         try:
             self._form(s, group, gen)
-            while s.progress.step < self.config.total_steps:
-                step = Step(s, s.progress.step)
+            while s.position.progress.step < self.config.total_steps:
+                step = Step(s, s.position.progress.step)
                 yield step
                 if step.peer_lost:
                     return Outcome.PEER_LOST
@@ -157,7 +160,7 @@ class InProcess(RecoveryMode):
             if not group.judge(exc):
                 raise
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("generation %d failed at step %d: %s", gen.number, s.progress.step, first)
+            log.warning("generation %d failed at step %d: %s", gen.number, s.position.progress.step, first)
             return Outcome.PEER_LOST
 
     def _spend(self, outcome: Outcome) -> None:
@@ -175,28 +178,24 @@ class InProcess(RecoveryMode):
         assert self.waiting is not None
         formed_at = time.time()
         self.waiting.taken_in()
-        s.world = World(gen.rank_of(s.contract.member), gen.world_size, gen.number)
+        s.move(s.position.joined(World(gen.rank_of(s.contract.member), gen.world_size, gen.number)))
         group.form(gen, s.backend, s.contract.prefix)
         job_step = group.membership.job_step()
         s.open_generation()
         group.watch(s.device)
-
-        def receiving() -> None:
-            s.progress.fresh = True
-
-        s.progress, source = synchronise(
+        agreed, source = synchronise(
             s.state,
-            s.progress,
+            s.position,
             None,
             job_step,
-            receiving,
+            lambda: s.move(s.position.receiving()),
             s.restore_collective,
             s.wrapped.replica_group,
             s.wrapped.shard_size,
         )
-        s.persistence.restored = replace(s.persistence.restored, resumed_from=s.progress.step)
+        s.move(agreed.resumed())
         if s.rank == 0:
-            s.reporter.log_pending(s.progress, time.time())
+            s.reporter.log_pending(s.position.progress, time.time())
             if gen.number > 1:
                 keys.forget_generation(group.membership.client, s.contract.prefix, gen.number - 1)
         s.reporter.event(
@@ -204,7 +203,7 @@ class InProcess(RecoveryMode):
             generation=gen.number,
             world_size=gen.world_size,
             rank=s.rank,
-            step=s.progress.step,
+            step=s.position.progress.step,
             source=source,
             formed_at=formed_at,
             ready_at=time.time(),
@@ -231,7 +230,7 @@ class InProcess(RecoveryMode):
             # member a full replica, or under HSDP every host one), and whoever is stopped last (a
             # suspend's signals arrive at different times) saves it here.
             s.persistence.save()
-            log.info("every member stopped at step %d (saved)", s.progress.step)
+            log.info("every member stopped at step %d (saved)", s.position.progress.step)
             raise Leave(0)
         if step.evicted is not None:
             log.warning("%s; exiting", step.evicted)
@@ -241,7 +240,7 @@ class InProcess(RecoveryMode):
             # Only a stop that rode this step's commit: the others know it and saved with us. A signal
             # that came after the commit is announced in the next one (a stop of every member must
             # find the last step saved, whatever order the signals arrive in).
-            log.info("stopped by %s at step %d; left the job", s.stop.signal_name, s.progress.step)
+            log.info("stopped by %s at step %d; left the job", s.stop.signal_name, s.position.progress.step)
             raise Leave(0)
         return verdict.changed
 
@@ -251,11 +250,11 @@ class InProcess(RecoveryMode):
     def completed(self, s: ModeHost) -> None:
         self.failed_generations = 0
         if self.membership is not None and s.rank == 0:
-            self.membership.set_job_step(s.progress.step)
+            self.membership.set_job_step(s.position.progress.step)
 
     def record(self, s: ModeHost) -> tuple[int, dict[str, Any]]:
         gen = self.group.gen if self.group is not None else None
-        return s.progress.restarts, {
+        return s.position.progress.restarts, {
             "members": list(gen.members) if gen else None,
             "pids": self.group.pids if self.group is not None else None,
         }

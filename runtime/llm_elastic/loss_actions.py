@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from llm_elastic.errors import EXIT_RULE_FIRED
 from llm_elastic.health import write_termination_message
 from llm_elastic.leave import Leave
 from llm_elastic.loss_rules import ROLLBACK, Firing, LossGuard, LossRule
 from llm_elastic.persistence import Persistence
+from llm_elastic.position import Position
 from llm_elastic.reporting import Reporter
-from llm_elastic.transfer import Progress
 
 log = logging.getLogger("llm_elastic")
 
@@ -46,18 +45,17 @@ class LossActions:
         """A streak of broken steps counts within one generation."""
         self.guard.reset()
 
-    def act(self, firing: Firing, rank: int) -> Progress | None:
-        """At the boundary of a step the rule dropped (collective): the progress rolled back to, or None
-        (no rollback, or no snapshot serves every member); leaves when the rule ends the program."""
+    def act(self, firing: Firing, rank: int, position: Position) -> Position | None:
+        """At the boundary of a step the rule dropped (collective): the position rolled back to from
+        ``position``, or None (no rollback, or no snapshot serves every member); leaves when the rule ends
+        the program."""
         if firing.action == ROLLBACK:
-            restored = self.persistence.rollback(rank)
-            if restored is None:
+            loaded = self.persistence.rollback(rank)
+            if loaded is None:
                 return None
             self.guard.reset()
-            p = self.persistence
-            p.restored = replace(p.restored, resumed_from=restored.step, source="memory")
-            self.reporter.event("rolled-back", step=firing.step, to=restored.step, rule=firing.rule)
-            return restored
+            self.reporter.event("rolled-back", step=firing.step, to=loaded.progress.step, rule=firing.rule)
+            return position.loaded(loaded.progress, loaded.source, loaded.peers).resumed()
         if firing.ends:
             line = firing.termination_line()
             write_termination_message(line, self.env)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +22,8 @@ from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE
 from llm_elastic.errors import EXIT_PEER_STOPPED
 from llm_elastic.leave import Leave
-from llm_elastic.recovery import ModeHost, RecoveryMode, World
+from llm_elastic.position import Position, World
+from llm_elastic.recovery import ModeHost, RecoveryMode
 from llm_elastic.step import Step
 
 log = logging.getLogger("llm_elastic")
@@ -56,29 +56,27 @@ class Fixed(RecoveryMode):
 
     def run(self, s: ModeHost) -> Iterator[Step]:
         self.open_group(s.backend, timedelta(seconds=self.config.collective_timeout))
-        s.world = World(dist.get_rank(), dist.get_world_size(), s.contract.agent_restarts)
+        s.move(s.position.joined(World(dist.get_rank(), dist.get_world_size(), s.contract.agent_restarts)))
         s.open_generation()
-        self._restore(s)
+        s.move(self._restore(s))
         self.runs_before = s.reporter.runs_before(s.rank)
-        while s.progress.step < self.config.total_steps:
-            step = Step(s, s.progress.step)
+        while s.position.progress.step < self.config.total_steps:
+            step = Step(s, s.position.progress.step)
             yield step
             s.after_step(step)  # a fixed group outlives every boundary
         s.persistence.final_save()
 
-    def _restore(self, s: ModeHost) -> None:
+    def _restore(self, s: ModeHost) -> Position:
+        """Collective: the position after the restore at start (from scratch when nothing was saved)."""
         started = time.monotonic()
         restored = s.restore_collective()
         if restored is None:
-            s.progress.fresh = False
-            return
-        s.progress = restored
-        p = s.persistence
-        p.restored = replace(p.restored, resumed_from=restored.step, seconds=time.monotonic() - started)
+            return s.position.from_scratch()
+        resumed = restored.resumed(seconds=time.monotonic() - started)
         if s.rank == 0:
-            log.info(
-                "resumed from step %d from %s in %.2fs", restored.step, p.restored.source, p.restored.seconds
-            )
+            r = resumed.restored
+            log.info("resumed from step %d from %s in %.2fs", resumed.progress.step, r.source, r.seconds)
+        return resumed
 
     def at_boundary(self, s: ModeHost, step: Step) -> bool:
         assert step.verdict is not None
@@ -89,13 +87,13 @@ class Fixed(RecoveryMode):
 
     def _stop_exit_code(self, s: ModeHost) -> int:
         if s.stop.requested or s.stop.wait(self.config.peer_stop_grace):
-            log.info("stopped by %s at step %d after saving", s.stop.signal_name, s.progress.step)
+            log.info("stopped by %s at step %d after saving", s.stop.signal_name, s.position.progress.step)
             return 0
-        log.warning("another rank stopped at step %d; exiting for a re-rendezvous", s.progress.step)
+        log.warning("another rank stopped at step %d; exiting for a re-rendezvous", s.position.progress.step)
         return EXIT_PEER_STOPPED
 
     def record(self, s: ModeHost) -> tuple[int, dict[str, Any]]:
-        r = s.restored
+        r = s.position.restored
         fields = {
             "agent_restart": s.contract.agent_restarts,
             "restore_seconds": round(r.seconds, 3),

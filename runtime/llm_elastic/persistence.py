@@ -24,8 +24,8 @@ from llm_elastic.config import ElasticConfig
 from llm_elastic.data import ElasticSampler
 from llm_elastic.errors import StateLost
 from llm_elastic.leave import Leave
+from llm_elastic.position import Progress
 from llm_elastic.state import TrainState
-from llm_elastic.transfer import Progress
 
 if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.3 s of start-up
     from llm_elastic.checkpoint import Checkpointer
@@ -35,17 +35,16 @@ log = logging.getLogger("llm_elastic")
 
 
 @dataclass(frozen=True)
-class RestoreFacts:
-    """Where this process's state came from at its start (``Elastic.restored``)."""
+class Loaded:
+    """What a restore from storage brought back (the caller moves the run's position to it)."""
 
-    resumed_from: int | None = None
-    """The step training resumed at (in process: the step the generation agreed on); None: from scratch."""
-    source: str | None = None
-    """``"memory"`` (a snapshot), ``"checkpoint"``, or None (nothing restored from storage)."""
-    seconds: float = 0.0
-    """Restart mode and standalone: wall seconds the restore took."""
-    peers: int = 0
-    """Ranks that received their snapshot shard from another node."""
+    progress: Progress
+    source: str
+    """``"memory"`` (a snapshot) or ``"checkpoint"``."""
+    peers: int | None
+    """Ranks that received their snapshot shard from another node (None for a checkpoint)."""
+    job_process_restarts: int
+    """Layer-2 restarts of the job's programs, as saved with the state."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,6 @@ class Persistence:
         self.checkpointer: Checkpointer | None = None
         self.snapshots: Snapshotter | None = None
         self.saved_step = -1
-        self.restored = RestoreFacts()
 
     # -- a generation's parts ------------------------------------------------------------------------------
 
@@ -210,9 +208,9 @@ class Persistence:
 
     # -- restoring -----------------------------------------------------------------------------------------
 
-    def restore(self, rank: int) -> tuple[Progress, int] | None:
+    def restore(self, rank: int) -> Loaded | None:
         """Collective: the newest in-memory snapshot every rank can get, else the newest complete checkpoint
-        (rank 0 picks it for all); with the job's process restarts saved with it. None when neither exists."""
+        (rank 0 picks it for all). None when neither exists."""
         from llm_elastic.checkpoint import CheckpointInfo, complete_checkpoints, read_extras
 
         cfg, state = self.config, self.state
@@ -240,16 +238,14 @@ class Persistence:
             raise StateLost(f"no complete checkpoint under {cfg.checkpoint_dir} loads")
         extras.unpack(self.state, read_extras(info))
         self.saved_step = info.step
-        r = self.restored
-        self.restored = RestoreFacts(r.resumed_from, "checkpoint", r.seconds, r.peers)
         restarts = int(loaded.get("restarts", 0))
         if self.live:  # every member was new: the job's state came back from storage
             restarts += 1
             log.info("every member was new: resumed from checkpoint step-%d", info.step)
         progress = Progress(info.step, float(loaded.get("last_loss", math.nan)), False, restarts)
-        return progress, int(loaded.get("job_process_restarts", 0))
+        return Loaded(progress, "checkpoint", None, int(loaded.get("job_process_restarts", 0)))
 
-    def _from_snapshot(self, rank: int, not_before: int) -> tuple[Progress, int] | None:
+    def _from_snapshot(self, rank: int, not_before: int) -> Loaded | None:
         """Collective: load the newest snapshot every rank can get (>= ``not_before``); None without one."""
         if self.snapshots is None:
             return None
@@ -260,14 +256,13 @@ class Persistence:
         meta, where, peers = found
         encoded = meta.get("extras")
         extras.unpack(self.state, base64.b64decode(encoded) if encoded else None)
-        self.restored = RestoreFacts(self.restored.resumed_from, "memory", self.restored.seconds, peers)
         log.info("rank %d: snapshot shard from %s", rank, where)
         progress = Progress(
             int(meta["step"]), float(meta.get("last_loss", math.nan)), False, int(meta.get("restarts", 0))
         )
-        return progress, int(meta.get("job_process_restarts", 0))
+        return Loaded(progress, "memory", peers, int(meta.get("job_process_restarts", 0)))
 
-    def rollback(self, rank: int) -> Progress | None:
+    def rollback(self, rank: int) -> Loaded | None:
         """Collective (a loss rule's ``rollback``): load the newest in-memory snapshot once any copy in flight
         ended; None (logged: the step stays skipped) when no snapshot serves every rank."""
         if self.snapshots is not None:
@@ -275,8 +270,7 @@ class Persistence:
         found = self._from_snapshot(rank, 0)
         if found is None:
             log.warning("rollback: no in-memory snapshot serves every member yet; the step is skipped only")
-            return None
-        return found[0]
+        return found
 
 
 def layout_key(model: nn.Module, shard_size: int, meta: dict[str, Any]) -> str:

@@ -1,38 +1,27 @@
 """What a recovery mode is (the modes themselves: :mod:`llm_elastic.modes`, :mod:`llm_elastic.inprocess`):
 :class:`RecoveryMode`, the decisions a mode makes, and :class:`ModeHost`, what a mode needs of the loop it
-runs (``Elastic``); :class:`World`, this process in the current generation.
+runs (``Elastic``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llm_elastic.contract import Contract
 from llm_elastic.health_watch import HealthWatch
-from llm_elastic.persistence import Persistence, RestoreFacts
+from llm_elastic.persistence import Persistence
+from llm_elastic.position import Position
 from llm_elastic.reporting import Reporter
 from llm_elastic.signals import StopRequest
 from llm_elastic.state import TrainState
 from llm_elastic.step import Step, StepHost
-from llm_elastic.transfer import Progress
 from llm_elastic.wrap import Wrapped, WrapPolicy
 
 
-@dataclass(frozen=True)
-class World:
-    """This process in the current generation."""
-
-    rank: int = 0
-    world_size: int = 1
-    generation: int = 0
-    """The generation number (restart mode: torchelastic's restart count)."""
-
-
 class ModeHost(StepHost, Protocol):
-    """What a mode needs of the loop it runs (``Elastic``): the parts it drives, where the run stands, and
-    the generation's open, close and restore."""
+    """What a mode needs of the loop it runs (``Elastic``): the parts it drives, where the run stands (read
+    here, moved only through :meth:`move`), and the generation's open, close and restore."""
 
     contract: Contract
     stop: StopRequest
@@ -42,14 +31,16 @@ class ModeHost(StepHost, Protocol):
     state: TrainState
     wrapped: Wrapped
     wrap_policy: WrapPolicy
-    progress: Progress
-    world: World
     left: bool
 
     @property
     def backend(self) -> str: ...
     @property
-    def restored(self) -> RestoreFacts: ...
+    def position(self) -> Position: ...
+
+    def move(self, to: Position) -> None:
+        """Adopt ``to`` as where the run stands (a new generation, a restore, a state transfer)."""
+        ...
 
     def open_generation(self) -> None:
         """Wrap the model and make the generation's checkpointer, snapshotter and step log."""
@@ -59,8 +50,9 @@ class ModeHost(StepHost, Protocol):
         """Drop the generation's groups and parts."""
         ...
 
-    def restore_collective(self) -> Progress | None:
-        """Collective: the state from the newest snapshot or checkpoint (None when neither exists)."""
+    def restore_collective(self) -> Position | None:
+        """Collective: the state from the newest snapshot or checkpoint, and the position it reached (None
+        when neither exists); the host's position is left as it was."""
         ...
 
     def after_step(self, step: Step) -> bool:

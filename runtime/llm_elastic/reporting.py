@@ -19,9 +19,8 @@ from llm_elastic.data import ElasticSampler
 from llm_elastic.logs import set_context
 from llm_elastic.loss_rules import Firing
 from llm_elastic.metrics import Exporter, StepLog, last_record, process_start_time
-from llm_elastic.persistence import RestoreFacts
+from llm_elastic.position import Progress, RestoreFacts
 from llm_elastic.step import Step
-from llm_elastic.transfer import Progress
 
 log = logging.getLogger("llm_elastic")
 

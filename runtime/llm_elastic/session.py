@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
@@ -47,13 +46,12 @@ from llm_elastic.leave import Leave
 from llm_elastic.loss_actions import LossActions
 from llm_elastic.loss_rules import Firing
 from llm_elastic.modes import backend_for, make_mode, pick_device
-from llm_elastic.persistence import Persistence, RestoreFacts, SavePoint, layout_key
-from llm_elastic.recovery import World
+from llm_elastic.persistence import Persistence, SavePoint, layout_key
+from llm_elastic.position import Position, RestoreFacts
 from llm_elastic.reporting import Reporter
 from llm_elastic.signals import StopRequest
 from llm_elastic.state import Stateful, TrainState
 from llm_elastic.step import Step
-from llm_elastic.transfer import Progress
 from llm_elastic.wrap import DDP, WrapContext, Wrapped, WrapPolicy
 
 __all__ = ["Elastic", "Step"]
@@ -93,8 +91,8 @@ class Elastic:
         self.state = TrainState(model, optimizer, extras)
         self.device = pick_device(self.contract.local_rank)
         self.stop = StopRequest()
-        self.progress = Progress(step=0, last_loss=math.nan, fresh=True)
-        self.world = World()
+        self.position = Position()
+        """Where the run stands; :meth:`move` is the one way it changes."""
         self.wrapped = Wrapped(model, model, self.state.optimizers)
         self.left = False
         """Set once this process left the job (:meth:`leave_now`); the periodic health checks stop then."""
@@ -106,7 +104,7 @@ class Elastic:
         self.persistence = Persistence(
             self.config,
             self.state,
-            lambda: SavePoint(self.progress, self.world_size, self.commits.job_process_restarts),
+            lambda: SavePoint(self.position.progress, self.world_size, self.commits.job_process_restarts),
             lambda step: self.reporter.update(last_saved_step=step, last_saved_timestamp_seconds=time.time()),
             live=self.recovery.live,
             sampler=sampler,
@@ -135,27 +133,27 @@ class Elastic:
     @property
     def rank(self) -> int:
         """This process's rank in the current generation."""
-        return self.world.rank
+        return self.position.world.rank
 
     @property
     def world_size(self) -> int:
         """Processes in the current generation."""
-        return self.world.world_size
+        return self.position.world.world_size
 
     @property
     def generation(self) -> int:
         """The generation number (restart mode: torchelastic's restart count)."""
-        return self.world.generation
+        return self.position.world.generation
 
     @property
     def step(self) -> int:
         """Steps completed so far."""
-        return self.progress.step
+        return self.position.progress.step
 
     @property
     def restored(self) -> RestoreFacts:
         """Where this process's state came from (step resumed at, source, seconds, peers)."""
-        return self.persistence.restored
+        return self.position.restored
 
     @property
     def backend(self) -> str:
@@ -185,9 +183,9 @@ class Elastic:
         cadence of saves. True when the generation ends after this step (the membership changed)."""
         assert step.verdict is not None
         if step.firing is not None:
-            restored = self.loss_rules.act(step.firing, self.rank)
-            if restored is not None:  # rolled back
-                self.progress = restored
+            rolled_back = self.loss_rules.act(step.firing, self.rank, self.position)
+            if rolled_back is not None:
+                self.move(rolled_back)
                 self.recovery.completed(self)
         if self.recovery.at_boundary(self, step):
             return True
@@ -232,14 +230,13 @@ class Elastic:
         elapsed = time.monotonic() - step.started
         if step.dropped:  # the state is the previous step's: so is its loss
             step.record(skipped=True)
-        loss = self.progress.last_loss if step.dropped else step.loss
-        self.progress = Progress(step.index + 1, loss, False, self.progress.restarts)
-        now = time.time()
-        self.reporter.step_metrics(step, self.progress, elapsed, now, self.world_size)
+        self.move(self.position.trained(step.index + 1, None if step.dropped else step.loss))
+        now, progress = time.time(), self.position.progress
+        self.reporter.step_metrics(step, progress, elapsed, now, self.world_size)
         self.recovery.completed(self)
         restart, fields = self.recovery.record(self)
         world = (self.world_size, self.generation)
-        self.reporter.step_record(step, self.progress, elapsed, now, world, restart, self.restored, fields)
+        self.reporter.step_record(step, progress, elapsed, now, world, restart, self.restored, fields)
 
     # -- generations ----------------------------------------------------------------------------------------
 
@@ -271,13 +268,17 @@ class Elastic:
             dist.destroy_process_group()
         gc.collect()  # the failed step's frames may hold the old groups' connections
 
-    def restore_collective(self) -> Progress | None:
-        """Collective: the state from the newest snapshot or checkpoint (None when neither exists)."""
-        restored = self.persistence.restore(self.rank)
-        if restored is None:
+    def restore_collective(self) -> Position | None:
+        """Collective: the newest snapshot's or checkpoint's state, and the position it reached (or None)."""
+        loaded = self.persistence.restore(self.rank)
+        if loaded is None:
             return None
-        progress, self.commits.job_process_restarts = restored
-        return progress
+        self.commits.job_process_restarts = loaded.job_process_restarts
+        return self.position.loaded(loaded.progress, loaded.source, loaded.peers)
+
+    def move(self, to: Position) -> None:
+        """The one way the run's position changes: a generation, a restore, a transfer, a step."""
+        self.position = to
 
     # -- leaving --------------------------------------------------------------------------------------------
 

@@ -15,28 +15,15 @@ With HSDP (``shard_size`` > 1, ranks of a host contiguous) the tensors of each s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 
 from llm_elastic.errors import StateLost
+from llm_elastic.position import Position, Progress
 from llm_elastic.staging import local_part, map_tensors, tensor_leaves
 from llm_elastic.state import TrainState
-
-
-@dataclass
-class Progress:
-    """What a member knows beyond the tensors: completed steps, loss of its last step."""
-
-    step: int
-    last_loss: float
-    fresh: bool
-    """True for a member that holds no trained state yet (a joiner)."""
-    restarts: int = 0
-    """How many times the job's state had to come back from a checkpoint (every member held none)."""
-
 
 Source = int | Literal["checkpoint"] | None
 """Where the agreed state came from: a member's rank, the checkpoint, or nowhere (all agreed already)."""
@@ -60,23 +47,25 @@ def _fill(skeleton: Any, state: Any) -> Any:
 
 def synchronise(
     state: TrainState,
-    progress: Progress,
+    position: Position,
     group: dist.ProcessGroup | None = None,
     job_step: int = 0,
     on_receive: Callable[[], None] | None = None,
-    restore: Callable[[], Progress | None] | None = None,
+    restore: Callable[[], Position | None] | None = None,
     replica_group: dist.ProcessGroup | None = None,
     shard_size: int = 1,
-) -> tuple[Progress, Source]:
-    """Make every member hold the most advanced state; returns the agreed progress and its source.
+) -> tuple[Position, Source]:
+    """Make every member hold the most advanced state; returns this member's position once they agree (the
+    caller adopts it) and where the state came from.
 
-    When every member is new, ``restore`` (collective: called on every member) loads the newest complete
-    checkpoint and returns its progress, or None when there is none. ``job_step`` is the step the job had
-    reached (from etcd): if every member is new, nothing was restored and it is above 0, the state is gone
-    with the old members and :class:`StateLost` is raised. ``on_receive`` is called on the receiving members
-    before anything is overwritten, so that a member whose transfer breaks halfway marks itself new.
+    When every member is new, ``restore`` (collective: called on every member) loads the newest snapshot
+    or complete checkpoint and returns the position it reached, or None when there is none. ``job_step``
+    is the step the job had reached (from etcd): if every member is new, nothing was restored and it is
+    above 0, the state is gone with the old members and :class:`StateLost` is raised. ``on_receive`` is
+    called on the receiving members before anything is overwritten, so that a member whose transfer breaks
+    halfway marks itself new.
     """
-    world = dist.get_world_size(group)
+    world, progress = dist.get_world_size(group), position.progress
     mine = torch.tensor([progress.step, 1 if progress.fresh else 0], dtype=torch.int64)
     gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
     _all_gather_cpu(gathered, mine, group)
@@ -90,7 +79,7 @@ def synchronise(
             raise StateLost(f"every member is new but the job had reached step {job_step}")
     best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
     if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
-        return progress, None
+        return position, None
     source = _source(steps, fresh, best, shard_size)
     me = dist.get_rank(group)
     # The member of the source's host with my shard index (itself with one process per host).
@@ -99,7 +88,8 @@ def synchronise(
     if on_receive is not None and receiving:
         on_receive()
     tensor_group = replica_group if shard_size > 1 else group
-    return _transfer(state, progress, source, sender, group, tensor_group), source
+    agreed = _transfer(state, progress, source, sender, group, tensor_group)
+    return position.agreed(agreed), source
 
 
 def _transfer(

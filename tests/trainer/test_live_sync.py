@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from llm_elastic.errors import StateLost
+from llm_elastic.position import Position, Progress
 from llm_elastic.state import TrainState
-from llm_elastic.transfer import Progress, synchronise
+from llm_elastic.transfer import synchronise
 from llm_elastic.wrap import init_optimizer_state
 from llm_trainer.config import model_config
 from llm_trainer.model import Transformer
@@ -23,20 +24,19 @@ def model_and_optimizer() -> tuple[Transformer, torch.optim.Optimizer]:
 def test_new_members_refuse_to_restart_a_job_that_had_trained(one_rank: None) -> None:
     model, optimizer = model_and_optimizer()
     with pytest.raises(StateLost, match="step 7"):
-        synchronise(TrainState(model, optimizer), Progress(0, float("nan"), fresh=True), None, job_step=7)
+        synchronise(TrainState(model, optimizer), Position(), None, job_step=7)
 
 
 def test_a_new_job_starts_from_rank_0_and_agreeing_members_send_nothing(one_rank: None) -> None:
     model, optimizer = model_and_optimizer()
     received: list[int] = []
     state = TrainState(model, optimizer)
-    agreed, source = synchronise(
-        state, Progress(0, float("nan"), fresh=True), None, 0, lambda: received.append(1)
-    )
-    assert (agreed.step, agreed.fresh, source) == (0, False, 0)
+    agreed, source = synchronise(state, Position(), None, 0, lambda: received.append(1))
+    assert (agreed.progress.step, agreed.progress.fresh, source) == (0, False, 0)
     assert received == []  # rank 0 is the source: it overwrites nothing
-    agreed, source = synchronise(state, Progress(3, 2.5, fresh=False), None, 3)
-    assert source is None and agreed == Progress(3, 2.5, fresh=False)
+    held = Position(progress=Progress(3, 2.5, fresh=False))
+    agreed, source = synchronise(state, held, None, 3)
+    assert source is None and agreed == held
 
 
 def _train(model: Transformer, optimizer: torch.optim.Optimizer, steps: int) -> torch.Tensor:
@@ -54,7 +54,7 @@ def test_a_source_that_never_stepped_sends_no_optimizer_state_and_changes_nothin
     plain_model, plain_optimizer = model_and_optimizer()
     expected = _train(plain_model, plain_optimizer, 3)
     model, optimizer = model_and_optimizer()
-    synchronise(TrainState(model, optimizer), Progress(0, float("nan"), fresh=True), None, 0, lambda: None)
+    synchronise(TrainState(model, optimizer), Position(), None, 0, lambda: None)
     assert not optimizer.state
     assert torch.equal(_train(model, optimizer, 3), expected)
 

@@ -374,10 +374,9 @@ def test_every_pod_logs_the_step_line_a_log_rule_watches(
     import logging
 
     from llm_elastic.config import ElasticConfig
-    from llm_elastic.persistence import RestoreFacts
+    from llm_elastic.position import Progress, RestoreFacts
     from llm_elastic.reporting import Reporter
     from llm_elastic.step import Step
-    from llm_elastic.transfer import Progress
 
     monkeypatch.setenv("LOCAL_RANK", local_rank)
     reporter = Reporter(ElasticConfig(total_steps=5, log_every=1), {"rank": "3"}, 0, 0, None)

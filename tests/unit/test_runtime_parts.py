@@ -78,10 +78,9 @@ def test_the_step_log_records_a_steps_samples_in_one_place() -> None:
 def test_the_step_log_line_has_the_fields_it_always_had(tmp_path: Path) -> None:
     from llm_elastic import ElasticSampler
     from llm_elastic.commit import Verdict
-    from llm_elastic.persistence import RestoreFacts
+    from llm_elastic.position import Progress, RestoreFacts
     from llm_elastic.reporting import Reporter
     from llm_elastic.step import Step
-    from llm_elastic.transfer import Progress
 
     config = ElasticConfig(total_steps=5, step_log=str(tmp_path / "metrics.jsonl"), log_every=0)
     sampler = ElasticSampler(100, 4)
@@ -114,21 +113,20 @@ def test_the_step_log_line_has_the_fields_it_always_had(tmp_path: Path) -> None:
 )
 def test_persistence_decides_itself_when_to_save(busy: bool, want: list[tuple[str, int]]) -> None:
     from llm_elastic.persistence import Persistence, SavePoint
-    from llm_elastic.transfer import Progress
+    from llm_elastic.position import Progress
 
     config = ElasticConfig(total_steps=8, snapshot_every=2, checkpoint_every=4)
-    progress = Progress(0, 0.0, False)
+    at = 0
     persistence = Persistence(
         config,
         None,  # type: ignore[arg-type]  # the cadence reads no state
-        lambda: SavePoint(progress, 1, 0),
+        lambda: SavePoint(Progress(at, 0.0, False), 1, 0),
         lambda step: None,
         live=True,
     )
     done: list[tuple[str, int]] = []
-    persistence.snapshot = lambda: done.append(("snapshot", progress.step))  # type: ignore[method-assign]
-    persistence.save = lambda: done.append(("save", progress.step))  # type: ignore[method-assign]
+    persistence.snapshot = lambda: done.append(("snapshot", at))  # type: ignore[method-assign]
+    persistence.save = lambda: done.append(("save", at))  # type: ignore[method-assign]
     for at in (3, 4, 6, 8):  # the last step is left to final_save
-        progress.step = at
         persistence.at_step_end(busy=busy and at != 4)
     assert done == want  # a busy copy skips the snapshot; the checkpoint cadence does not care
