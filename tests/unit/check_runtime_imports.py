@@ -3,7 +3,9 @@
 * no runtime module but ``llm_elastic/__init__.py`` imports ``llm_elastic.session`` (the parts depend on small
   interfaces, never on the facade that wires them);
 * no import circle among the runtime's modules, counting imports under ``if TYPE_CHECKING:`` and imports
-  inside functions (a circle a checker or a late import hides is still a circle for a reader).
+  inside functions (a circle a checker or a late import hides is still a circle for a reader);
+* no module over ``MAX_MODULE_LINES`` lines and no function over ``MAX_FUNCTION_LINES`` (its decorators and
+  docstring included): a part a reader takes in at once.
 
 Run: ``python tests/unit/check_runtime_imports.py [runtime/llm_elastic]``: prints each offence, exits 1
 if any.
@@ -18,6 +20,8 @@ from pathlib import Path
 PACKAGE = "llm_elastic"
 FACADE = f"{PACKAGE}.session"
 ROOT = Path(__file__).resolve().parents[2] / "runtime" / PACKAGE
+MAX_MODULE_LINES = 300
+MAX_FUNCTION_LINES = 60
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -105,6 +109,24 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def oversized(root: Path) -> list[str]:
+    """Modules and functions over their line limits, one line each."""
+    out: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        name = module_name(path, root)
+        lines = len(source.splitlines())
+        if lines > MAX_MODULE_LINES:
+            out.append(f"{name} has {lines} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = (node.end_lineno or node.lineno) - first + 1
+                if length > MAX_FUNCTION_LINES:
+                    out.append(f"{name}: {node.name} has {length} lines (at most {MAX_FUNCTION_LINES})")
+    return out
+
+
 def problems(root: Path) -> list[str]:
     """One line per offence."""
     edges = graph(root)
@@ -113,7 +135,7 @@ def problems(root: Path) -> list[str]:
         inside = {m: sorted(edges[m] & set(group)) for m in group}
         detail = "".join(f"\n    {m} -> {', '.join(t)}" for m, t in inside.items())
         out.append(f"import circle of {len(group)} modules:{detail}")
-    return out
+    return out + oversized(root)
 
 
 def main(argv: list[str]) -> int:
@@ -124,7 +146,7 @@ def main(argv: list[str]) -> int:
     if found:
         print(f"{len(found)} runtime import rule(s) broken under {root}", file=sys.stderr)
         return 1
-    print(f"runtime imports: no facade import, no circle ({root})")
+    print(f"runtime imports: no facade import, no circle, no part over its size ({root})")
     return 0
 
 

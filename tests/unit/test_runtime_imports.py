@@ -1,5 +1,5 @@
-"""The runtime's import rules (tests/unit/check_runtime_imports.py, run by ``make lint``): the check finds a
-facade import and a circle hidden under TYPE_CHECKING, and the runtime has neither."""
+"""The runtime's structure rules (tests/unit/check_runtime_imports.py, run by ``make lint``): the check finds a
+facade import, a circle hidden under TYPE_CHECKING and a part over its size, and the runtime has none."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def test_the_check_finds_a_facade_import_and_a_typing_only_circle(tmp_path: Path
 
 def test_the_runtime_keeps_its_import_rules() -> None:
     assert problems(ROOT) == []
+
+
+def test_the_check_finds_a_module_and_a_function_over_their_limits(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(59))
+    (tmp_path / "small.py").write_text(f"def fits() -> None:\n{body}")  # 60 lines
+    (tmp_path / "big.py").write_text(f"@staticmethod\ndef long() -> None:\n{body}" + "\n" * 240)
+    assert problems(tmp_path) == [
+        "llm_elastic.big has 301 lines (at most 300)",
+        "llm_elastic.big: long has 61 lines (at most 60)",
+    ]
