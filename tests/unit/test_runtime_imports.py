@@ -1,5 +1,5 @@
-"""The runtime's structure rules (tests/unit/check_runtime_imports.py, run by ``make lint``): the check finds a
-facade import, a circle hidden under TYPE_CHECKING and a part over its size, and the runtime has none."""
+"""The runtime's structure rules (tests/unit/check_runtime_imports.py, run by ``make lint``): the check
+finds a facade import, a circle hidden under TYPE_CHECKING and a part over its size; the runtime has none."""
 
 from __future__ import annotations
 
