@@ -1,5 +1,6 @@
-"""One HTTP client for every request the operator makes to pods: the workers' metrics probes and the
-reads and evictions at a job's etcd (``llm_operator.control.scrape``, ``llm_operator.control.live_evict``).
+"""One HTTP client for the operator's periodic requests to pods: the workers' metrics probes and the
+generation reads at a job's etcd (``llm_operator.control.scrape``, ``llm_operator.control.live_evict``).
+An eviction keeps a session of its own, so a full pool never delays a reaction.
 
 Sharing one ``aiohttp.ClientSession`` keeps connections to the same endpoint open between rounds and makes
 no new session, connector and resolver per request (at 1,000 jobs: about 170 per second).

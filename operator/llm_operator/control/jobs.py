@@ -84,7 +84,7 @@ class RunningJobs:
         self.listing_audit = ListingAudit(kube, self.ghosts, self.wake)
         """Audits the whole index after a listing of the pods, and wakes the jobs that had a ghost."""
         self.endpoints = Endpoints()
-        """The one HTTP client of every controller's requests to pods (probes, a job's etcd)."""
+        """The one HTTP client of every controller's periodic requests to pods (probes, generation reads)."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
         """Marks nodes that fail a platform condition, for every workload
         (``llm_operator.control.node_marking``)."""

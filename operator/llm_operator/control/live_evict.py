@@ -80,13 +80,7 @@ async def _delete_one(session: aiohttp.ClientSession, url: str, prefix: str, pod
     return int(json.loads(text).get("deleted", 0))
 
 
-async def evict_pods(
-    address: str,
-    prefix: str,
-    pods: Iterable[str],
-    timeout: float = EVICT_TIMEOUT,
-    endpoints: Endpoints | None = None,
-) -> int:
+async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: float = EVICT_TIMEOUT) -> int:
     """Delete the member keys of ``pods`` at etcd ``address`` (host:port); returns how many were deleted.
 
     Raises ``RuntimeError`` (with the reason) when etcd cannot be reached or refuses, or the timeout passed.
@@ -97,7 +91,9 @@ async def evict_pods(
     host, _, port = address.rpartition(":")
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v3/kv/deleterange"
     try:
-        async with asyncio.timeout(timeout), session_of(endpoints) as session:
+        # A session of its own: an eviction is on a lost worker's reaction path and must not wait for a
+        # connection the probes of hung trainers hold in the shared pool.
+        async with asyncio.timeout(timeout), aiohttp.ClientSession() as session:
             counts = await asyncio.gather(*(_delete_one(session, url, prefix, pod) for pod in names))
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         raise RuntimeError(f"etcd at {address}: {type(exc).__name__}: {exc}") from exc
@@ -188,7 +184,7 @@ class LiveEvictor:
         started = time.monotonic()
         try:
             address = await self.address(job)
-            deleted = await evict_pods(address, live_prefix(job), pods, endpoints=self.endpoints)
+            deleted = await evict_pods(address, live_prefix(job), pods)
         except (RuntimeError, KubeError) as exc:
             message = f"could not evict the live members of {', '.join(pods)}: {exc}; their leases expire"
             logger.warning(f"LiveEvictionFailed: {message}")
