@@ -28,6 +28,7 @@ from llm_operator.control.kueue_sync import KueueSync
 from llm_operator.control.live_evict import LiveEvictor
 from llm_operator.control.node_marking import NodeMarker
 from llm_operator.control.prober import ProgressProber
+from llm_operator.control.scheduling_events import SchedulingEvents
 from llm_operator.control.status_writer import StatusWriter
 from llm_operator.kube import Kube
 from llm_operator.observe import NodeView, PodView
@@ -53,6 +54,7 @@ class JobController:
         name: str,
         ghosts: Ghosts | None = None,
         endpoints: Endpoints | None = None,
+        scheduling: SchedulingEvents | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
@@ -72,7 +74,7 @@ class JobController:
             self.status,
             self.wake,
             self.live.generation_pods,
-            kube.failed_scheduling,
+            scheduling.read if scheduling is not None else kube.failed_scheduling,
             endpoints,
         )
         self.ghosts = ghosts if ghosts is not None else Ghosts()

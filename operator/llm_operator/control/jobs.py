@@ -18,6 +18,7 @@ from llm_operator.control.controller import JobController
 from llm_operator.control.endpoints import Endpoints
 from llm_operator.control.ghosts import Ghosts, ListingAudit, LiveWorkers
 from llm_operator.control.node_marking import NodeMarker
+from llm_operator.control.scheduling_events import SchedulingEvents
 from llm_operator.kube import Kube
 from llm_operator.observe import NodeView, PodView
 from llm_operator.settings import Settings
@@ -85,6 +86,8 @@ class RunningJobs:
         """Audits the whole index after a listing of the pods, and wakes the jobs that had a ghost."""
         self.endpoints = Endpoints()
         """The one HTTP client of every controller's periodic requests to pods (probes, generation reads)."""
+        self.scheduling = SchedulingEvents(kube.failed_scheduling)
+        """One read of a namespace's FailedScheduling events for all its jobs' probers."""
         self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
         """Marks nodes that fail a platform condition, for every workload
         (``llm_operator.control.node_marking``)."""
@@ -96,7 +99,12 @@ class RunningJobs:
     def start(self, key: JobKey) -> JobController:
         """A new controller for the job, the one its events wake from now on."""
         controller = JobController(
-            self.kube, self.settings, *key, ghosts=self.ghosts, endpoints=self.endpoints
+            self.kube,
+            self.settings,
+            *key,
+            ghosts=self.ghosts,
+            endpoints=self.endpoints,
+            scheduling=self.scheduling,
         )
         self.controllers[key] = controller
         return controller
