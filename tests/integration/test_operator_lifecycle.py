@@ -46,10 +46,18 @@ def test_job_gets_workers_service_rendezvous_and_runs(cluster: Any, namespace: s
     assert st["observedGeneration"] >= 1
     ready = next(c for c in st["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
-    events = cluster.kubectl(
-        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=llama", "-o", "name"
-    ).stdout
-    assert events.strip(), "the operator emits events on the job"
+    assert st["restarts"] == 0 and st["startTime"]
+    reasons = cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        "involvedObject.name=llama",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ).stdout.split()
+    assert not {"CreatedWorkers", "PhaseRunning"} & set(reasons), f"a first start posts no Event: {reasons}"
 
 
 def test_kubectl_scale_changes_worker_count(cluster: Any, namespace: str, operator: Any) -> None:

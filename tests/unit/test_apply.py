@@ -50,6 +50,7 @@ def test_the_events_of_a_plan_name_created_and_deleted_workers() -> None:
         ("Normal", "DeletedWorkers", "deleted llama-worker-1 (NodeNotReady, force)"),
     ]
     assert plan_events(Plan(), []) == []
+    assert plan_events(Plan(starting=True), ["llama-worker-0"]) == [], "a first start: the status counts them"
 
 
 def applier(kube: FakeKube, mark: bool = False) -> PlanApplier:

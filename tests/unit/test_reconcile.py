@@ -33,6 +33,21 @@ def test_first_pass_creates_all_workers_pending() -> None:
     assert p.status["selector"] == "elasticllm.dev/job-name=llama,elasticllm.dev/role=worker"
 
 
+def test_a_first_start_posts_no_event_and_a_start_after_a_loss_does() -> None:
+    """The status records a first start (startTime); a start that lost a worker on the way is told."""
+    first = plan(job(), [], NODES, [], NOW)
+    assert first.starting and first.events == []
+    pods = [pod(i) for i in range(4)]
+    pending = {"phase": "Pending", "targetReplicas": 4, "desiredReplicas": 4, "replicas": 4}
+    started = plan(job(status=pending), pods, NODES, pods, NOW)
+    assert started.status["phase"] == "Running" and started.status["startTime"] == format_time(NOW)
+    assert started.starting and started.events == []
+    again = plan(job(status={**pending, "restarts": 1}), pods, NODES, pods, NOW)
+    assert not again.starting and [e[1] for e in again.events] == ["PhaseRunning"]
+    later = plan(job(status=running_status(phase="Restarting", restarts=0)), pods, NODES, pods, NOW)
+    assert not later.starting and [e[1] for e in later.events] == ["PhaseRunning"]
+
+
 def test_all_ready_is_running_and_nothing_to_do() -> None:
     pods = [pod(i) for i in range(4)]
     p = plan(job(status=running_status()), pods, NODES, pods, NOW)

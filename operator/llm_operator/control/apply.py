@@ -73,9 +73,10 @@ def at_size(status: Mapping[str, Any], spares: int) -> bool:
 
 
 def plan_events(decided: Plan, created: list[str]) -> list[tuple[str, str, str]]:
-    """The plan's Events, then one for the workers created and one for those deleted."""
+    """The plan's Events, then one for the workers created (not while the job first starts: its status
+    counts them) and one for those deleted."""
     events = list(decided.events)
-    if created:
+    if created and not decided.starting:
         events.append(
             ("Normal", "CreatedWorkers", f"created {', '.join(created)} (attempt {decided.attempt})")
         )

@@ -49,6 +49,9 @@ class Plan:
     status: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     """(type, reason, message) for Kubernetes Events on the job."""
+    starting: bool = False
+    """The job has not run yet and lost no worker: its first start, which the status records
+    (``startTime``, the conditions' times), posts no Event (``docs/decisions.md``, SW6)."""
     lost: list[tuple[str, float | None]] = field(default_factory=list)
     """(signal, since) of workers found lost this pass, for metrics."""
     resize: tuple[int, int, str] | None = None

@@ -44,10 +44,12 @@ def status(s: PassState) -> None:
         phase = "Queued"  # Kueue holds it: stopped like a suspended job, but waiting for quota
     start = old.startTime or (format_time(s.now) if phase == "Running" else None)
     reason, message = s.reason, s.message
+    out.starting = old.startTime is None and s.restarts == 0
     if phase != old.phase:
         level = "Warning" if phase == "Failed" else "Normal"
         detail = f": {message}" if message and phase in TERMINAL else ""
-        out.events.append((level, f"Phase{phase}", f"{old.phase} -> {phase}{detail}"))
+        if not (out.starting and phase == "Running"):  # the first start: status.startTime says when
+            out.events.append((level, f"Phase{phase}", f"{old.phase} -> {phase}{detail}"))
         if phase in ("Running", "Pending", "Scaling") and not s.replacing and out.resize is None:
             reason, message = phase, ""
     running = sum(
