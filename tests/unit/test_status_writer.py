@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 from llm_operator.control import status_writer
-from llm_operator.control.status_writer import HOLD_SECONDS, StatusWriter, changed
+from llm_operator.control.status_writer import (
+    HOLD_SECONDS,
+    STARTING_HOLD_SECONDS,
+    StatusWriter,
+    changed,
+)
 from llm_operator.kube import KubeError
 
 from .fake_kube import FakeKube
@@ -69,15 +74,33 @@ def test_counters_alone_wait_for_the_hold_and_any_other_change_writes_them_at_on
     clock = [100.0]
     monkeypatch.setattr(status_writer.time, "monotonic", lambda: clock[0])
     status, kube = writer()
-    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 0}))
-    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": 3}))
+    started = {"startTime": "2026-11-28T10:00:00Z"}
+    asyncio.run(status.write(BODY, {"phase": "Restarting", "replicas": 0, **started}))
+    asyncio.run(status.write(BODY, {"phase": "Restarting", "replicas": 8, "readyReplicas": 3, **started}))
     assert len(kube.called("patch_job_status")) == 1 and status.due == 100.0 + HOLD_SECONDS
     assert status.current(BODY)["readyReplicas"] == 3  # decided, so the next pass starts from it
     clock[0] += HOLD_SECONDS
-    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": 5}))
+    asyncio.run(status.write(BODY, {"phase": "Restarting", "replicas": 8, "readyReplicas": 5, **started}))
     assert kube.called("patch_job_status")[-1][2]["readyReplicas"] == 5 and status.due is None
-    asyncio.run(status.write(BODY, {"phase": "Running", "replicas": 8, "readyReplicas": 8}))
+    asyncio.run(status.write(BODY, {"phase": "Running", "replicas": 8, "readyReplicas": 8, **started}))
     assert len(kube.called("patch_job_status")) == 3, "a phase change is written at once"
+
+
+def test_while_a_job_first_starts_its_counters_wait_longer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first start writes Pending, at most one count per STARTING_HOLD_SECONDS, and Running at once."""
+    clock = [100.0]
+    monkeypatch.setattr(status_writer.time, "monotonic", lambda: clock[0])
+    status, kube = writer()
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": 0}))
+    for ready in range(1, 8):
+        clock[0] += HOLD_SECONDS
+        asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": ready}))
+    assert len(kube.called("patch_job_status")) == 2, "the first write and one count 30 s later"
+    assert kube.called("patch_job_status")[-1][2]["readyReplicas"] == 6
+    assert status.due == 130.0 + STARTING_HOLD_SECONDS
+    running = {"phase": "Running", "replicas": 8, "readyReplicas": 8, "startTime": "2026-11-28T10:00:00Z"}
+    asyncio.run(status.write(BODY, running))
+    assert len(kube.called("patch_job_status")) == 3 and status.due is None
 
 
 def test_a_partial_record_leaves_a_held_counter_held(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,4 +110,4 @@ def test_a_partial_record_leaves_a_held_counter_held(monkeypatch: pytest.MonkeyP
     asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8}))
     asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "reason": "X"}, {"reason": "X"}))
     assert kube.called("patch_job_status")[-1][2] == {"reason": "X"}
-    assert status.due == 100.0 + HOLD_SECONDS, "the count is still to be written"
+    assert status.due == 100.0 + STARTING_HOLD_SECONDS, "the count is still to be written"

@@ -5,9 +5,10 @@ Every status write of a job goes through :meth:`StatusWriter.write`: the record 
 resolve the job's runtime. A write is one merge patch, sent only when a field differs from what was
 written last; watches lag behind, so the next pass starts from the decided status, not the watched one.
 
-A write that changes only the counters of :data:`HELD_FIELDS` (workers coming up one by one while a job
-starts) waits until :data:`HOLD_SECONDS` after the last write: :attr:`StatusWriter.due` tells the controller
-when to pass again, and any other change (phase, conditions, a restart) writes everything at once.
+A write that changes only the counters of :data:`HELD_FIELDS` (workers coming up one by one) waits until
+:data:`HOLD_SECONDS` after the last write, :data:`STARTING_HOLD_SECONDS` while the job has not started yet:
+:attr:`StatusWriter.due` tells the controller when to pass again, and any other change (phase, conditions,
+a restart) writes everything at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ HELD_FIELDS = frozenset({"replicas", "readyReplicas"})
 """Counters whose change alone waits for the hold (``docs/decisions.md``: status writes at start)."""
 HOLD_SECONDS = 5.0
 """A held counter is written at the latest this long after the previous write."""
+STARTING_HOLD_SECONDS = 30.0
+"""The same while the job has not started (no ``startTime``): its workers come up over image pulls and node
+launches, and the write of ``Running``, which carries the final counts, comes at once
+(``docs/decisions.md``, SW6)."""
+
+
+def hold_seconds(decided: Mapping[str, Any]) -> float:
+    """How long a change of the counters alone waits after the previous write."""
+    return HOLD_SECONDS if decided.get("startTime") else STARTING_HOLD_SECONDS
 
 
 def changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -58,7 +68,8 @@ class StatusWriter:
         self, body: Mapping[str, Any], decided: dict[str, Any], patch: dict[str, Any] | None = None
     ) -> None:
         """Record ``decided`` as the job's status and merge-patch ``patch`` (default: all of ``decided``)
-        when it changes anything written before, unless only :data:`HELD_FIELDS` change within the hold.
+        when it changes anything written before, unless only :data:`HELD_FIELDS` change within the hold
+        (:func:`hold_seconds`).
         The decision stands even if the write fails (pods were already changed): the next pass plans from
         it and writes it again."""
         self.decided = decided
@@ -66,7 +77,7 @@ class StatusWriter:
         previous = self.written if self.written is not None else dict(body.get("status") or {})
         diff = changes(previous, fields)
         now = time.monotonic()
-        hold_until = (self.last_write or 0.0) + HOLD_SECONDS
+        hold_until = (self.last_write or 0.0) + hold_seconds(decided)
         if diff and diff <= HELD_FIELDS and self.last_write is not None and now < hold_until:
             self.due = hold_until
             return
