@@ -87,7 +87,8 @@ def test_counters_alone_wait_for_the_hold_and_any_other_change_writes_them_at_on
 
 
 def test_while_a_job_first_starts_its_counters_wait_longer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first start writes Pending, at most one count per STARTING_HOLD_SECONDS, and Running at once."""
+    """A first start writes Pending, a count that waited STARTING_HOLD_SECONDS for more, and Running at
+    once (which takes any count still waiting with it)."""
     clock = [100.0]
     monkeypatch.setattr(status_writer.time, "monotonic", lambda: clock[0])
     status, kube = writer()
@@ -95,12 +96,14 @@ def test_while_a_job_first_starts_its_counters_wait_longer(monkeypatch: pytest.M
     for ready in range(1, 8):
         clock[0] += HOLD_SECONDS
         asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": ready}))
-    assert len(kube.called("patch_job_status")) == 2, "the first write and one count 30 s later"
-    assert kube.called("patch_job_status")[-1][2]["readyReplicas"] == 6
-    assert status.due == 130.0 + STARTING_HOLD_SECONDS
+    assert len(kube.called("patch_job_status")) == 2, "the first write and one count 30 s after the 1st"
+    assert kube.called("patch_job_status")[-1][2]["readyReplicas"] == 7 and status.due is None
+    clock[0] += 60
+    asyncio.run(status.write(BODY, {"phase": "Pending", "replicas": 8, "readyReplicas": 6}))
+    assert status.due == clock[0] + STARTING_HOLD_SECONDS, "after a quiet minute a count still waits"
     running = {"phase": "Running", "replicas": 8, "readyReplicas": 8, "startTime": "2026-11-28T10:00:00Z"}
     asyncio.run(status.write(BODY, running))
-    assert len(kube.called("patch_job_status")) == 3 and status.due is None
+    assert len(kube.called("patch_job_status")) == 3 and status.due is None, "Running: at once, with it"
 
 
 def test_a_partial_record_leaves_a_held_counter_held(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,10 +5,10 @@ Every status write of a job goes through :meth:`StatusWriter.write`: the record 
 resolve the job's runtime. A write is one merge patch, sent only when a field differs from what was
 written last; watches lag behind, so the next pass starts from the decided status, not the watched one.
 
-A write that changes only the counters of :data:`HELD_FIELDS` (workers coming up one by one) waits until
-:data:`HOLD_SECONDS` after the last write, :data:`STARTING_HOLD_SECONDS` while the job has not started yet:
-:attr:`StatusWriter.due` tells the controller when to pass again, and any other change (phase, conditions,
-a restart) writes everything at once.
+A write that changes only the counters of :data:`HELD_FIELDS` (workers coming up one by one) waits
+:data:`HOLD_SECONDS` from the first such change, :data:`STARTING_HOLD_SECONDS` while the job has not
+started yet, and the counter changes meanwhile join it: :attr:`StatusWriter.due` tells the controller when to
+pass again, and any other change (phase, conditions, a restart) writes everything at once.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from llm_operator.kube import Kube
 HELD_FIELDS = frozenset({"replicas", "readyReplicas"})
 """Counters whose change alone waits for the hold (``docs/decisions.md``: status writes at start)."""
 HOLD_SECONDS = 5.0
-"""A held counter is written at the latest this long after the previous write."""
+"""A held counter change is written at the latest this long after it arose."""
 STARTING_HOLD_SECONDS = 30.0
 """The same while the job has not started (no ``startTime``): its workers come up over image pulls and node
 launches, and the write of ``Running``, which carries the final counts, comes at once
@@ -30,7 +30,7 @@ launches, and the write of ``Running``, which carries the final counts, comes at
 
 
 def hold_seconds(decided: Mapping[str, Any]) -> float:
-    """How long a change of the counters alone waits after the previous write."""
+    """How long a change of the counters alone waits for more of them."""
     return HOLD_SECONDS if decided.get("startTime") else STARTING_HOLD_SECONDS
 
 
@@ -57,6 +57,8 @@ class StatusWriter:
         """The status as last written successfully."""
         self.last_write: float | None = None
         """``time.monotonic()`` of the last successful write."""
+        self.held_since: float | None = None
+        """``time.monotonic()`` when the counter change now held first arose (later ones join it)."""
         self.due: float | None = None
         """``time.monotonic()`` by which a held change must be written (a pass then); None: none held."""
 
@@ -77,13 +79,14 @@ class StatusWriter:
         previous = self.written if self.written is not None else dict(body.get("status") or {})
         diff = changes(previous, fields)
         now = time.monotonic()
-        hold_until = (self.last_write or 0.0) + hold_seconds(decided)
-        if diff and diff <= HELD_FIELDS and self.last_write is not None and now < hold_until:
-            self.due = hold_until
-            return
+        if diff and diff <= HELD_FIELDS and self.last_write is not None:
+            since = self.held_since if self.held_since is not None else now
+            if now < since + hold_seconds(decided):
+                self.held_since, self.due = since, since + hold_seconds(decided)
+                return
         if diff:
             await self.kube.patch_job_status(self.namespace, self.name, fields)
             self.written = {**previous, **fields}
             self.last_write = now
         if patch is None:  # all of the decision is written (or was): nothing held; a partial record holds on
-            self.due = None
+            self.due = self.held_since = None
