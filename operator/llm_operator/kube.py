@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -55,6 +55,11 @@ async def _checked(call: Any) -> int:
 
     kubernetes_asyncio only checks the status when it decodes the body; raw responses must be checked here.
     """
+    return (await _answered(call))[0]
+
+
+async def _answered(call: Any) -> tuple[int, bytes]:
+    """``_checked``, with the answer's body."""
     try:
         response = await call
     except ApiException as exc:
@@ -64,9 +69,27 @@ async def _checked(call: Any) -> int:
         body = await response.read()  # read to the end so the connection goes back to the pool
         if not 200 <= status <= 299:
             raise KubeError(status, body.decode(errors="replace"))
-        return status
+        return status, body
     finally:
         response.release()
+
+
+Deleted = Literal["gone", "terminating", "absent"]
+"""What a pod deletion left: no object (its name is free), an object that terminates (a grace period or
+a finalizer), or nothing to delete (gone already, or the name belongs to a newer pod)."""
+
+
+def deleted_state(body: bytes) -> Deleted:
+    """``gone`` or ``terminating`` from a DELETE's answer: the object as deleted, or a ``Status``."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return "terminating"  # unreadable: assume the name is still taken
+    if not isinstance(obj, dict) or obj.get("kind") == "Status":
+        return "gone" if isinstance(obj, dict) and obj.get("status") == "Success" else "terminating"
+    meta = obj.get("metadata") or {}
+    grace = meta.get("deletionGracePeriodSeconds")
+    return "gone" if not meta.get("finalizers") and grace in (None, 0) else "terminating"
 
 
 class Kube:
@@ -107,7 +130,7 @@ class Kube:
             raise
         return True
 
-    async def delete_pod(self, namespace: str, name: str, uid: str, force: bool) -> bool:
+    async def delete_pod(self, namespace: str, name: str, uid: str, force: bool) -> Deleted:
         """Delete one pod by name and UID (never a newer pod of the same name); grace 0 when forced."""
         options: dict[str, Any] = {"preconditions": {"uid": uid}} if uid else {}
         if force:
@@ -116,12 +139,12 @@ class Kube:
         extra: dict[str, Any] = {"grace_period_seconds": 0} if force else {}
         call = self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False, **extra)
         try:
-            await _checked(call)
+            _, answer = await _answered(call)
         except KubeError as exc:
             if exc.status in (404, 409):  # gone already, or the name now belongs to a newer pod
-                return False
+                return "absent"
             raise
-        return True
+        return deleted_state(answer) if force else "terminating"
 
     async def running_pod_ips(self, namespace: str, selector: dict[str, str]) -> list[str]:
         """IPs of the Running pods whose labels match ``selector``."""

@@ -32,9 +32,10 @@ class FakeKube:
         self._call("create", obj)
         return True
 
-    async def delete_pod(self, namespace: str, name: str, uid: str, force: bool) -> bool:
+    async def delete_pod(self, namespace: str, name: str, uid: str, force: bool) -> str:
+        """A forced deletion leaves no object (the real answer when the pod has no finalizer)."""
         self._call("delete_pod", namespace, name, uid, force)
-        return True
+        return "gone" if force else "terminating"
 
     async def running_pod_ips(self, namespace: str, selector: dict[str, str]) -> list[str]:
         self._call("running_pod_ips", namespace, selector)

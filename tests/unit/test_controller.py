@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from llm_operator.settings import Settings
 
 from .fake_kube import FakeKube, record_events
 from .jobs import manifest
+from .views import node, pod
 
 LOG = logging.getLogger("test")
 
@@ -63,3 +65,30 @@ def test_a_missing_runtime_is_one_status_write_and_one_event_and_no_workers(
     assert events.reasons() == ["RuntimeNotFound"]
     assert kube.called("create") == []
     assert c.status.current(body)["conditions"][-1]["type"] == "RuntimeResolved"
+
+
+def test_a_lost_worker_whose_name_is_free_is_replaced_by_the_next_pass_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The forced deletion answers that no object is left: the next pass creates the replacement without
+    waiting for the watch (whose index still holds the old pod) and without the coalescing wait."""
+    record_events(monkeypatch)
+    kube = FakeKube()
+    c = controller(kube)
+    body = manifest(failurePolicy={"nodeFailureGraceSeconds": 0})
+    body["status"] = {"phase": "Running", "targetReplicas": 4, "desiredReplicas": 4, "replicas": 4,
+                      "readyReplicas": 4, "startTime": "2026-11-28T10:00:00Z"}  # fmt: skip
+    now = time.time()
+    pods = {("ml", "llama"): [pod(i, created=now - 100) for i in range(4)]}
+    nodes = {f"node-{i}": [node(f"node-{i}")] for i in range(4)}
+    nodes["node-1"] = [node("node-1", ready=False, not_ready_since=now - 1)]
+    asyncio.run(c.reconcile(body, pods, nodes, LOG))  # type: ignore[arg-type]
+    assert [call[1] for call in kube.called("delete_pod")] == ["llama-worker-1"]
+    assert kube.called("create") != [] and "Pod" not in [o["kind"] for (o,) in kube.called("create")]
+    assert c.replace_now, "the name is free: pass again at once"
+    asyncio.run(c.reconcile(body, pods, nodes, LOG))  # type: ignore[arg-type]
+    made = [o["metadata"]["name"] for (o,) in kube.called("create") if o["kind"] == "Pod"]
+    assert made == ["llama-worker-1"] and not c.replace_now
+    asyncio.run(c.reconcile(body, pods, nodes, LOG))  # type: ignore[arg-type]
+    assert len(kube.called("delete_pod")) == 1, "the old pod, still in the index, is not lost twice"
+    assert [o["kind"] for (o,) in kube.called("create")].count("Pod") == 1

@@ -196,6 +196,19 @@ def test_expectations_mark_deleted_and_expire() -> None:
     assert not ex.apply([pod(1)], now=100.0)[0].deleting
 
 
+def test_a_pod_deleted_and_gone_is_left_out_and_its_index_replaced() -> None:
+    """A forced deletion that left no object frees the index before the watch shows it."""
+    ex = Expectations()
+    ex.expect_deleted("u1", now=0.0, gone=True)
+    pods = [pod(0), pod(1), pod(2), pod(3)]
+    seen = ex.apply(pods, now=1.0)
+    assert [v.index for v in seen] == [0, 2, 3]
+    p = plan(job(status=running_status(phase="Restarting", restarts=1)), seen, NODES, seen, NOW)
+    assert p.create == [1] and p.status["restarts"] == 1, "replaced, and no second restart counted"
+    assert [v.index for v in ex.apply([pod(0), pod(2), pod(3)], now=2.0)] == [0, 2, 3]
+    assert ex.gone == set(), "forgotten once the watch shows it"
+
+
 def test_fresh_pending_replacement_is_not_stuck() -> None:
     pods = [pod(0), pod(1), pod(2), pod(3, node="", phase="Pending", ready=False, created=NOW)]
     p = plan(job(status=running_status()), pods, NODES, pods, NOW + 1)

@@ -47,6 +47,9 @@ class Applied:
     created: list[str]
     refused: list[Refusal] = dataclasses.field(default_factory=list)
     """Workers the API server refused to create (admission): they do not exist."""
+    freed: bool = False
+    """A lost worker's deletion left no object and its replacement was not created yet: the next pass
+    can create it at once, before the watch shows the deletion."""
 
 
 REPLACEMENT_WINDOW_S = 60.0
@@ -135,12 +138,17 @@ class PlanApplier:
         if decided.evict:  # before the deletions: the survivors re-form without waiting for leases
             await self.evictor.evict(job, decided.evict, body, logger)
         deleting = time.monotonic()
-        await asyncio.gather(
+        answers_of_deletes = await asyncio.gather(
             *(self.kube.delete_pod(self.namespace, d.pod.name, d.pod.uid, d.force) for d in decided.delete)
         )
         deleted = time.monotonic()
-        for d in decided.delete:
-            self.expect.expect_deleted(d.pod.uid)
+        for d, left in zip(decided.delete, answers_of_deletes, strict=True):
+            self.expect.expect_deleted(d.pod.uid, gone=left == "gone")
+        creating_now = set(decided.create)
+        freed = any(
+            left == "gone" and d.pod.index not in creating_now
+            for d, left in zip(decided.delete, answers_of_deletes, strict=True)
+        )
         pods = [
             self.kueue.place(
                 worker_pod(
@@ -177,14 +185,15 @@ class PlanApplier:
             old, new, _ = decided.resize
             metrics.count_resize(old, new)
         made_names = [p["metadata"]["name"] for p, made in zip(pods, created, strict=True) if made]
-        return Applied(now, made_names, refused)
+        return Applied(now, made_names, refused, freed=freed and bool(decided.lost))
 
     def _time_reaction(
         self, decided: Plan, clock: PassClock, marks: tuple[float, float, float, float], created: bool
     ) -> None:
         """The stages of a reaction to a lost worker (``metrics.REACTION_STAGE_NAMES``): the pass that
-        deletes it gives queued, planned and deleted; the pass that creates its replacement (the same one,
-        or the next, once the deletion is seen) gives replaced and created. ``marks``: deletions sent and
+        deletes it gives queued, planned and deleted; the pass that creates its replacement (the next one:
+        at once when the deletion left no object, else once the watch shows it gone) gives replaced and
+        created. ``marks``: deletions sent and
         answered, creations sent and answered (monotonic)."""
         deleting, deleted, creating, answered = marks
         if decided.lost:

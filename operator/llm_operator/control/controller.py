@@ -97,6 +97,9 @@ class JobController:
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants (``apply.at_size``):
         a node that comes back need not wake it (``llm_operator.control.jobs``)."""
+        self.replace_now = False
+        """The last pass deleted a lost worker and its name is free already (``apply.Applied.freed``): the
+        next pass runs at once and creates the replacement, before the watch shows the deletion."""
         self.woken_at: float | None = None
         """When (monotonic) the first event since the last pass started woke the job (``apply.PassClock``)."""
 
@@ -144,11 +147,14 @@ class JobController:
     ) -> None:
         timeout = 0.0
         while not stopped and not self.deleted:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=max(MIN_WAIT, timeout))
-            if self.wake.is_set():
-                # Events come in bursts (a node loss touches every pod on it): one pass for the burst.
-                await asyncio.sleep(COALESCE_SECONDS)
+            if self.replace_now:  # a lost worker's name is free: its replacement waits for nothing
+                self.replace_now = False
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=max(MIN_WAIT, timeout))
+                if self.wake.is_set():
+                    # Events come in bursts (a node loss touches every pod on it): one pass for the burst.
+                    await asyncio.sleep(COALESCE_SECONDS)
             self.wake.clear()
             if stopped or self.deleted:
                 break
@@ -199,6 +205,7 @@ class JobController:
         decided = plan(job, mine, nodes, everyone, now, self.prober.tracker.progress(), admission)
         previous = self.status.current(body)
         applied = await self.applier.pods(job, decided, body, logger, clock)
+        self.replace_now = applied.freed
         status = with_refusals(
             {**decided.status, "runtime": self.runtime.copy}, previous, applied, job.metadata.generation
         )
