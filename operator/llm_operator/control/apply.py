@@ -193,8 +193,7 @@ class PlanApplier:
         """The stages of a reaction to a lost worker (``metrics.REACTION_STAGE_NAMES``): the pass that
         deletes it gives queued, planned and deleted; the pass that creates its replacement (the next one:
         at once when the deletion left no object, else once the watch shows it gone) gives replaced and
-        created. ``marks``: deletions sent and
-        answered, creations sent and answered (monotonic)."""
+        created. ``marks``: deletions sent and answered, creations sent and answered (monotonic)."""
         deleting, deleted, creating, answered = marks
         if decided.lost:
             stages = [("planned", deleting - clock.started)]
