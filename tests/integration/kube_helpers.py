@@ -30,6 +30,14 @@ def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
     return data
 
 
+def event_fields(cluster: Any, namespace: str, selector: str, field: str = "reason") -> list[str]:
+    """One field (``reason``, ``type``, ...) of each Event in ``namespace`` that the field selector picks."""
+    path = f"jsonpath={{.items[*].{field}}}"
+    return str(
+        cluster.kubectl("get", "events", "-n", namespace, "--field-selector", selector, "-o", path).stdout
+    ).split()
+
+
 def workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
     data = get_json(cluster, "pods", "-n", namespace, "-l", f"{labels.JOB_NAME}={name},{labels.ROLE}=worker")
     return list((data or {}).get("items", []))

@@ -9,7 +9,16 @@ from llm_operator import labels
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, get_json, job_manifest, live_workers, running_workers, status, workers
+from .kube_helpers import (
+    apply,
+    event_fields,
+    get_json,
+    job_manifest,
+    live_workers,
+    running_workers,
+    status,
+    workers,
+)
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -47,16 +56,7 @@ def test_job_gets_workers_service_rendezvous_and_runs(cluster: Any, namespace: s
     ready = next(c for c in st["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
     assert st["restarts"] == 0 and st["startTime"]
-    reasons = cluster.kubectl(
-        "get",
-        "events",
-        "-n",
-        namespace,
-        "--field-selector",
-        "involvedObject.name=llama",
-        "-o",
-        "jsonpath={.items[*].reason}",
-    ).stdout.split()
+    reasons = event_fields(cluster, namespace, "involvedObject.name=llama")
     assert not {"CreatedWorkers", "PhaseRunning"} & set(reasons), f"a first start posts no Event: {reasons}"
 
 

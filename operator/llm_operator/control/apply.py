@@ -144,11 +144,7 @@ class PlanApplier:
         deleted = time.monotonic()
         for d, left in zip(decided.delete, answers_of_deletes, strict=True):
             self.expect.expect_deleted(d.pod.uid, gone=left == "gone")
-        creating_now = set(decided.create)
-        freed = any(
-            left == "gone" and d.pod.index not in creating_now
-            for d, left in zip(decided.delete, answers_of_deletes, strict=True)
-        )
+        freed = "gone" in answers_of_deletes  # the plan never creates on an index it deletes from
         pods = [
             self.kueue.place(
                 worker_pod(

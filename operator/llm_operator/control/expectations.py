@@ -36,9 +36,8 @@ class Expectations:
         """The observed pods corrected by what we know we did: created ones added, deleted ones marked
         (or left out once gone)."""
         clock = now if now is not None else time.monotonic()
-        seen_names = {
-            p.name for p in observed if p.uid not in self.gone
-        }  # a gone pod's name is its successor's
+        # A gone pod's name is its successor's: it must not settle the successor's expectation.
+        seen_names = {p.name for p in observed if p.uid not in self.gone}
         seen_uids = {p.uid for p in observed}
         for name, (_, at) in list(self.created.items()):
             if name in seen_names or clock - at > TTL_SECONDS:

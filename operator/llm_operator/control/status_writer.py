@@ -55,8 +55,6 @@ class StatusWriter:
         """The status this controller decided last (the next pass starts from it)."""
         self.written: dict[str, Any] | None = None
         """The status as last written successfully."""
-        self.last_write: float | None = None
-        """``time.monotonic()`` of the last successful write."""
         self.held_since: float | None = None
         """``time.monotonic()`` when the counter change now held first arose (later ones join it)."""
         self.due: float | None = None
@@ -78,15 +76,14 @@ class StatusWriter:
         fields = decided if patch is None else patch
         previous = self.written if self.written is not None else dict(body.get("status") or {})
         diff = changes(previous, fields)
-        now = time.monotonic()
-        if diff and diff <= HELD_FIELDS and self.last_write is not None:
+        if diff and diff <= HELD_FIELDS and self.written is not None:  # a first write is never held
+            now = time.monotonic()
             since = self.held_since if self.held_since is not None else now
-            if now < since + hold_seconds(decided):
-                self.held_since, self.due = since, since + hold_seconds(decided)
+            if now < (due := since + hold_seconds(decided)):
+                self.held_since, self.due = since, due
                 return
         if diff:
             await self.kube.patch_job_status(self.namespace, self.name, fields)
             self.written = {**previous, **fields}
-            self.last_write = now
         if patch is None:  # all of the decision is written (or was): nothing held; a partial record holds on
             self.due = self.held_since = None
