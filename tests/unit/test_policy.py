@@ -7,7 +7,7 @@ from llm_operator.policy.capacity import free_slots
 from llm_operator.policy.exits import classify_exit
 from llm_operator.policy.health import assess
 from llm_operator.policy.resize import SizeInput, decide_size
-from llm_operator.policy.status import PhaseInput, decide_phase, merge_conditions
+from llm_operator.policy.status import PhaseInput, decide_phase, degraded_condition, merge_conditions
 
 from .jobs import job
 from .views import NOW, node, pod
@@ -224,6 +224,43 @@ def test_decide_phase(case: str, kw: dict, phase: str) -> None:
     )
     base.update(kw)
     assert decide_phase(PhaseInput(**base)) == phase  # type: ignore[arg-type]
+
+
+DEGRADED_TABLE = [
+    # (case, phase, target, desired, existing, status, reason, message)
+    ("whole", "Running", 4, 4, None, "False", "AtDesiredSize", "running at 4 of desired 4 workers"),
+    ("shrunk", "Running", 2, 4, None, "True", "InsufficientCapacity", "running at 2 of desired 4 workers"),
+    ("first start", "Pending", 2, 2, None, "False", "AtDesiredSize", "starting 2 of desired 2 workers"),
+    ("every worker refused", "Pending", 2, 2, 0, "True", "WorkersMissing", "0 of desired 2 workers exist"),
+    ("one refused", "Running", 4, 4, 3, "True", "WorkersMissing", "3 of desired 4 workers exist"),
+    ("refused while shrunk", "Running", 2, 4, 1, "True", "WorkersMissing", "1 of desired 4 workers exist"),
+    ("all that were aimed at exist", "Running", 2, 4, 2, "True", "InsufficientCapacity", "running at 2"),
+    ("queued for Kueue", "Queued", 0, 4, None, "False", "InsufficientCapacity", "running at 0"),
+    ("suspended", "Suspended", 0, 4, 0, "False", "InsufficientCapacity", "running at 0"),
+    ("suspended, refused", "Suspended", 4, 4, 0, "False", "WorkersMissing", "0 of desired 4"),
+    ("finished", "Succeeded", 0, 4, None, "False", "InsufficientCapacity", "running at 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "phase", "target", "desired", "existing", "status", "reason", "message"),
+    DEGRADED_TABLE,
+    ids=[r[0] for r in DEGRADED_TABLE],
+)
+def test_degraded_counts_the_workers_that_exist(
+    case: str,
+    phase: str,
+    target: int,
+    desired: int,
+    existing: int | None,
+    status: str,
+    reason: str,
+    message: str,
+) -> None:
+    """Degraded never says a job runs at a size that no worker backs (issue 58: refused workers)."""
+    cond = degraded_condition(phase, target, desired, "", 1, existing=existing)
+    assert (cond["type"], cond["status"], cond["reason"]) == ("Degraded", status, reason)
+    assert cond["message"].startswith(message), cond["message"]
 
 
 def test_condition_transition_time_kept_when_unchanged() -> None:

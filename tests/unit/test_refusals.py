@@ -57,3 +57,29 @@ def test_event_once_per_new_refusal() -> None:
 def test_refused_workers_are_not_counted_as_replicas() -> None:
     status = with_refusals({"replicas": 4}, {}, Applied(0.0, ["j-worker-1"], REFUSED), generation=1)
     assert status["replicas"] == 3 and status["conditions"][-1]["type"] == CONDITION
+
+
+def test_refused_workers_make_the_job_degraded_by_what_exists() -> None:
+    """Every worker refused (Pod Security baseline, an EFA job): no worker exists, so Degraded says so, in
+    the place the plan's Degraded held, instead of 'running at 2 of desired 2'."""
+    planned = {
+        "phase": "Pending",
+        "replicas": 2,
+        "targetReplicas": 2,
+        "desiredReplicas": 2,
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Pending", "message": ""},
+            {"type": "Degraded", "status": "False", "reason": "AtDesiredSize", "message": "starting 2 of 2"},
+        ],
+    }
+    refused = [*REFUSED, Refusal("j-worker-1", 403, PSS)]
+    status = with_refusals(planned, {}, Applied(0.0, [], refused), generation=1)
+    types = [c["type"] for c in status["conditions"]]
+    assert types == ["Ready", "Degraded", CONDITION] and status["replicas"] == 0
+    degraded = status["conditions"][1]
+    assert (degraded["status"], degraded["reason"]) == ("True", "WorkersMissing")
+    assert degraded["message"].startswith("0 of desired 2 workers exist: the API server refused worker(s)")
+    created = with_refusals(
+        planned, {"conditions": status["conditions"]}, Applied(1.0, ["j-worker-0"], []), 1
+    )
+    assert [c["status"] for c in created["conditions"]] == ["False", "False", "False"], "the plan's again"

@@ -35,7 +35,7 @@ from llm_operator.policy.refusals import (
     refusal_event,
     refusal_message,
 )
-from llm_operator.policy.status import merge_conditions
+from llm_operator.policy.status import degraded_condition, merge_conditions
 from llm_operator.reconcile import Plan
 
 
@@ -254,13 +254,26 @@ def _refusal_of(status: Mapping[str, Any]) -> dict[str, Any] | None:
 def with_refusals(
     status: Mapping[str, Any], previous: Mapping[str, Any], applied: Applied, generation: int
 ) -> dict[str, Any]:
-    """The pass's status with condition ``WorkersRefused`` (``llm_operator.policy.refusals``) added."""
+    """The pass's status with condition ``WorkersRefused`` (``llm_operator.policy.refusals``) added; while
+    it is True, ``Degraded`` counts the workers that exist, not the ones the plan aimed at."""
     if applied.refused and "replicas" in status:  # the plan counted them: they were never created
         status = {**status, "replicas": max(0, int(status["replicas"]) - len(applied.refused))}
     before = list(previous.get("conditions") or [])
     cond = refusal_condition(before, applied.refused, len(applied.created), generation)
     if cond is None:
         return dict(status)
-    (stamped,) = merge_conditions(before, [cond], applied.now)
-    kept = [c for c in status.get("conditions") or [] if c.get("type") != stamped["type"]]
-    return {**status, "conditions": [*kept, stamped]}
+    new = [cond]
+    if cond["status"] == "True" and {"phase", "replicas", "targetReplicas", "desiredReplicas"} <= set(status):
+        new.append(
+            degraded_condition(
+                str(status["phase"]),
+                int(status["targetReplicas"]),
+                int(status["desiredReplicas"]),
+                str(cond["message"]),
+                generation,
+                existing=int(status["replicas"]),
+            )
+        )
+    stamped = {c["type"]: c for c in merge_conditions(before, new, applied.now)}
+    conditions = [stamped.pop(c.get("type"), c) for c in status.get("conditions") or []]
+    return {**status, "conditions": [*conditions, *stamped.values()]}

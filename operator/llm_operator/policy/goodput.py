@@ -35,12 +35,13 @@ from typing import Any
 
 from llm_operator.observe import parse_time
 from llm_operator.policy.progress import Sample
+from llm_operator.policy.status import IDLE_PHASES
 
 DEFAULT_EVERY = 30.0
 """Seconds between two progress updates of a job's status (LLMJOB_PROGRESS_SECONDS)."""
 BUCKET_SECONDS = 300
 WINDOW_SECONDS = 3600
-NOT_TRAINING = ("Suspended", "Queued", "Succeeded", "Failed")
+NOT_TRAINING = IDLE_PHASES
 """Phases whose time is not the job's wall time (the user stopped it, or it waits for quota, or it ended)."""
 
 

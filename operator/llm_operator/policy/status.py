@@ -75,13 +75,7 @@ def conditions(
             message if phase != "Running" else "all workers ready",
             generation,
         ),
-        condition(
-            "Degraded",
-            phase not in ("Suspended", "Succeeded", "Failed") and target < desired,
-            "AtDesiredSize" if target >= desired else "InsufficientCapacity",
-            f"running at {target} of desired {desired} workers" + (f": {size_reason}" if size_reason else ""),
-            generation,
-        ),
+        degraded_condition(phase, target, desired, size_reason, generation),
         condition(
             "Suspended",
             phase == "Suspended",
@@ -95,6 +89,35 @@ def conditions(
             condition("Complete" if phase == "Succeeded" else "Failed", True, phase, message, generation)
         )
     return out
+
+
+IDLE_PHASES = ("Suspended", "Queued", "Succeeded", "Failed")
+"""Phases in which a job runs no worker on purpose: never Degraded."""
+
+
+def degraded_condition(
+    phase: str, target: int, desired: int, size_reason: str, generation: int, existing: int | None = None
+) -> dict[str, Any]:
+    """Degraded: the job is smaller than desired. The plan knows the size it aims at (``target``); the API
+    server may still refuse workers the plan counted (``existing``: the workers that exist after the pass,
+    None when every planned worker was created), and then the job is as small as what exists."""
+    idle = phase in IDLE_PHASES
+    if existing is not None and existing < min(target, desired):
+        return condition(
+            "Degraded",
+            not idle,
+            "WorkersMissing",
+            f"{existing} of desired {desired} workers exist" + (f": {size_reason}" if size_reason else ""),
+            generation,
+        )
+    verb = "starting" if phase == "Pending" else "running at"
+    return condition(
+        "Degraded",
+        not idle and target < desired,
+        "AtDesiredSize" if target >= desired else "InsufficientCapacity",
+        f"{verb} {target} of desired {desired} workers" + (f": {size_reason}" if size_reason else ""),
+        generation,
+    )
 
 
 CAPACITY = "WaitingForCapacity"
