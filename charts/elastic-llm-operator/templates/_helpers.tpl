@@ -111,6 +111,12 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 - apiGroups: [elasticllm.dev]
   resources: [clusterllmtrainingruntimes]
   verbs: [get, list, watch]
+{{- if .Values.tenantPolicy.enabled }}
+# The tenant policy: a job's namespace label (elasticllm.dev/privileged-workloads) lifts its host rules.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
+{{- end }}
 {{- if include "llmop.kueueEnabled" . }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [resourceflavors]
