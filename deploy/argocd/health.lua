@@ -6,11 +6,16 @@
 -- snippets next to it are generated from it (deploy/argocd/render_health_config.py) and a test keeps
 -- them in sync.
 --
---   Suspended    spec.suspend is true, or status.phase is Suspended
---   Healthy      Succeeded; or Running with readyReplicas >= the desired size and no Degraded condition
+-- Every phase the operator writes (LLMTrainingJob status.phase) has a status:
+--   Healthy      Succeeded (message: the Complete condition's); or Running with readyReplicas >= the
+--                desired size and no Degraded condition
 --   Progressing  no status yet, the spec not yet observed, or Pending / Scaling / Restarting
---   Degraded     Failed; or Running below the desired size, or with condition Degraded=True
---   Unknown      a phase this script does not know
+--   Degraded     Failed (message: the Failed condition's); Running below the desired size, or with
+--                condition Degraded=True; any unfinished phase while WorkersRefused=True (the API server
+--                refuses the workers: they never come by themselves)
+--   Suspended    spec.suspend is true, or status.phase is Suspended; or Queued: Kueue holds the job until
+--                it admits it (like a suspended Job that Kueue manages), message from the Admitted condition
+--   Unknown      a phase this script does not know (an operator newer than this script)
 --
 -- The desired size is spec.replicas; when it is unset the API defaults it to spec.maxReplicas.
 -- Messages of running jobs end with their training progress when status.progress has it, e.g.
@@ -95,7 +100,7 @@ end
 
 if phase == "Succeeded" then
   hs.status = "Healthy"
-  hs.message = with_progress(reason_of(condition(status, "Succeeded"), "Training finished"), status)
+  hs.message = with_progress(reason_of(condition(status, "Complete"), "Training finished"), status)
   return hs
 end
 
@@ -115,9 +120,22 @@ if spec.suspend == true or phase == "Suspended" then
   return hs
 end
 
+if phase == "Queued" then
+  hs.status = "Suspended"
+  hs.message = "Queued: " .. reason_of(condition(status, "Admitted"), "waiting for Kueue to admit the job")
+  return hs
+end
+
 if phase == nil or phase == "" then
   hs.status = "Progressing"
   hs.message = "Waiting for the operator to pick up the job"
+  return hs
+end
+
+local refused = condition(status, "WorkersRefused")
+if refused ~= nil and refused.status == "True" then
+  hs.status = "Degraded"
+  hs.message = phase .. ": " .. reason_of(refused, "the API server refuses the workers")
   return hs
 end
 

@@ -16,6 +16,11 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_operator.api.models import PHASES
+from llm_operator.policy.admission import QUEUED
+from llm_operator.policy.admission import condition as admission_condition
+from llm_operator.policy.refusals import Refusal, refusal_condition
+from llm_operator.policy.status import conditions
 from lupa import lua51
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +79,18 @@ DEGRADED_TRUE = [
 ]
 
 PROGRESS = {"step": 120, "totalSteps": 1000, "goodput": 0.9712, "eta": "1h3m"}
+ADMITTED_FALSE = {
+    "type": "Admitted",
+    "status": "False",
+    "reason": "Pending",
+    "message": "ClusterQueue gpu is out of nvidia.com/gpu",
+}
+REFUSED = {
+    "type": "WorkersRefused",
+    "status": "True",
+    "reason": "AdmissionRefused",
+    "message": "the API server refused worker(s) llama-worker-0: violates PodSecurity",
+}
 
 CASES: list[tuple[str, dict[str, Any], str, str]] = [
     # (case id, object, expected status, substring of the message)
@@ -163,11 +180,36 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         job(
             status={
                 "phase": "Succeeded",
-                "conditions": [{"type": "Succeeded", "status": "True", "message": "done at step 9000"}],
+                "conditions": [{"type": "Complete", "status": "True", "message": "done at step 9000"}],
             }
         ),
         "Healthy",
         "done at step 9000",
+    ),
+    ("queued for Kueue", job(status={"phase": "Queued"}), "Suspended", "Queued: waiting for Kueue"),
+    (
+        "queued with Kueue's words",
+        job(status={"phase": "Queued", "conditions": [ADMITTED_FALSE]}),
+        "Suspended",
+        "Queued: ClusterQueue gpu is out of nvidia.com/gpu",
+    ),
+    (
+        "workers refused while pending",
+        job(status={"phase": "Pending", "readyReplicas": 0, "conditions": [REFUSED]}),
+        "Degraded",
+        "Pending: the API server refused worker(s) llama-worker-0",
+    ),
+    (
+        "workers refused while running",
+        job(status=ready("Running", 4, conditions=[REFUSED])),
+        "Degraded",
+        "Running: the API server refused",
+    ),
+    (
+        "refusal over",
+        job(status=ready("Running", 4, conditions=[{**REFUSED, "status": "False"}])),
+        "Healthy",
+        "4/4 workers ready",
     ),
     ("failed", job(status={"phase": "Failed"}), "Degraded", "Training failed"),
     (
@@ -245,9 +287,38 @@ def test_health(obj: dict[str, Any], expected: str, fragment: str) -> None:
     assert (status, fragment in message) == (expected, True), f"got {status}: {message!r}"
 
 
-def test_every_documented_phase_has_a_case() -> None:
+def test_every_phase_the_operator_writes_has_a_case_and_a_defined_status() -> None:
     phases = {c[1].get("status", {}).get("phase") for c in CASES}
-    assert {"Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"} <= phases
+    assert set(PHASES) <= phases, f"phases without a case: {sorted(set(PHASES) - phases)}"
+    for phase in PHASES:
+        status, message = assess(job(status={"phase": phase, "readyReplicas": 0}))
+        assert status != "Unknown", f"{phase}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("phase", "expected"), [("Succeeded", "Healthy"), ("Failed", "Degraded")], ids=["Succeeded", "Failed"]
+)
+def test_a_finished_job_shows_the_message_of_the_condition_the_operator_writes(
+    phase: str, expected: str
+) -> None:
+    """The conditions come from the operator's own builder, so a renamed condition fails here."""
+    written = conditions(phase, 0, 4, "", "the words of the operator", generation=1)
+    assert assess(job(status={"phase": phase, "conditions": written})) == (
+        expected,
+        "the words of the operator",
+    )
+
+
+def test_queued_and_refused_read_the_conditions_the_operator_writes() -> None:
+    queued = admission_condition(QUEUED, generation=1)
+    assert assess(job(status={"phase": "Queued", "conditions": [queued]})) == (
+        "Suspended",
+        f"Queued: {QUEUED.message}",
+    )
+    refused = refusal_condition([], [Refusal("llama-worker-0", 403, "forbidden")], 0, generation=1)
+    assert refused is not None
+    status, message = assess(job(status={"phase": "Pending", "conditions": [refused]}))
+    assert (status, message) == ("Degraded", f"Pending: {refused['message']}")
 
 
 def test_sandbox_really_blocks_os() -> None:
