@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from llm_operator.api.models import PHASES
 from llm_operator.observe import parse_time
 from llm_operator.policy.health import SIGNALS
 from llm_operator.policy.nodehealth import KINDS
@@ -224,9 +225,7 @@ def _set_phase(namespace: str, job: str, phase: str | None) -> None:
 
 
 def _refresh_phases() -> None:
-    counts: dict[str, int] = dict.fromkeys(
-        ("Pending", "Running", "Scaling", "Restarting", "Suspended", "Succeeded", "Failed"), 0
-    )
+    counts: dict[str, int] = dict.fromkeys(PHASES, 0)  # every phase: a phase no job is in any more reads 0
     for phase in _phases.values():
         counts[phase] = counts.get(phase, 0) + 1
     for phase, count in counts.items():
