@@ -154,6 +154,13 @@ REPLICA_KINDS = ("desired", "target", "ready", "members", "waiting")
 """The ``kind`` label of ``llmjob_job_replicas``: members train in the live generation (absent until the
 workers report it); waiting are Pending for capacity the cluster does not have yet."""
 
+_recording = True
+"""False while this replica stands by (kopf paused it): no per-job series, so only the active replica's
+count (``observe_operator_state``)."""
+PAUSED_STATES = frozenset({"standby", "conflict", "missing"})
+"""Peering states in which kopf pauses this replica (``llm_operator.readiness``): it drops its per-job series
+at once and records none until it is active again (its passes bring them back)."""
+PER_JOB = (JOB_REPLICAS, JOB_PHASE, JOB_STEP, JOB_GOODPUT, JOB_TOKENS, JOB_ETA, RULE_FIRED)
 
 def observe_job(namespace: str, job: str, phase: str, sizes: Mapping[str, int | None]) -> None:
     """Record a job's phase and sizes (by ``REPLICA_KINDS``; None: no series) after a pass."""
@@ -163,6 +170,8 @@ def observe_job(namespace: str, job: str, phase: str, sizes: Mapping[str, int | 
         if value is None:
             with contextlib.suppress(KeyError):
                 JOB_REPLICAS.remove(namespace, job, kind)
+    if not _recording:
+        return
         else:
             JOB_REPLICAS.labels(namespace, job, kind).set(value)
     _refresh_phases()
@@ -176,6 +185,8 @@ def observe_progress(namespace: str, job: str, progress: Mapping[str, Any] | Non
         (JOB_GOODPUT, ("life",), progress.get("goodput")),
         (JOB_GOODPUT, ("hour",), progress.get("goodputLastHour")),
         (JOB_TOKENS, (), progress.get("tokensPerSecond")),
+    if not _recording:
+        return
     ]
     end = parse_time(progress.get("estimatedCompletionTime"))
     values.append((JOB_ETA, (), None if end is None else max(0.0, end - now)))
@@ -195,6 +206,8 @@ def observe_topology(namespace: str, job: str, spread: bool) -> None:
         _spread.discard((namespace, job))
     TOPOLOGY_SPREAD.set(len(_spread))
 
+    if not _recording:
+        return
 
 def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's series."""
@@ -208,7 +221,9 @@ def forget_job(namespace: str, job: str) -> None:
 
 
 def observe_operator_state(state: str, states: Iterable[str]) -> None:
-    """Record this replica's peering state: 1 on ``state``, 0 on the other ``states``."""
+    """Record this replica's peering state: 1 on ``state``, 0 on the other ``states``. Entering a paused
+    state (``PAUSED_STATES``) drops every per-job series at once (``forget_jobs``)."""
+    global _recording
     for name in {*states, state}:
         OPERATOR_STATE.labels(name).set(1 if name == state else 0)
 
@@ -217,6 +232,21 @@ def _set_phase(namespace: str, job: str, phase: str | None) -> None:
     """The job's phase in ``_phases`` and ``llmjob_job_phase`` (None: the job is gone)."""
     old = _phases.pop((namespace, job), None)
     if old is not None and old != phase:
+    recording = state not in PAUSED_STATES
+    if _recording and not recording:
+        forget_jobs()
+    _recording = recording
+
+
+def forget_jobs() -> None:
+    """Drop every per-job series (this replica stopped being active): a stale ``ready`` must not hide a job
+    below its size, nor a deleted job's ``waiting`` keep an alert firing (``max`` across replicas)."""
+    for metric in PER_JOB:
+        metric.clear()
+    _phases.clear()
+    _spread.clear()
+    TOPOLOGY_SPREAD.set(0)
+    _refresh_phases()
         with contextlib.suppress(KeyError):
             JOB_PHASE.remove(namespace, job, old)
     if phase is not None:

@@ -13,6 +13,7 @@ over one ``PassState`` record; each rule lives in its own module of ``llm_operat
 | stuck Terminating pods force-deleted | ``steps.failures.force_stuck_terminating`` |
 | a rule ended a worker: Event, status, restartJob / failJob | ``steps.rules.record_rule_firings`` |
 | loss rules that fired in the workers (their metrics) | ``steps.rules.count_worker_rules`` |
+| workers run a runtime contract not served: Failed | ``steps.skew.refuse_unsupported_runtime`` |
 | non-retryable exit fails, exit 0 succeeds | ``steps.failures.terminal_outcome`` |
 | lost/failed workers replaced (or maxRestarts) | ``steps.failures.replace_lost`` |
 | target size: user, shrink, grow back | ``steps.sizing.resize`` |
@@ -57,6 +58,7 @@ from llm_operator.steps.progress import detect_stall, report_progress
 from llm_operator.steps.restarts import count_process_restarts, count_restart
 from llm_operator.steps.rules import count_worker_rules, record_rule_firings
 from llm_operator.steps.sizing import resize, scale
+from llm_operator.steps.skew import refuse_unsupported_runtime
 from llm_operator.steps.state import TERMINAL, Deletion, PassState, Plan
 from llm_operator.steps.status import status
 from llm_operator.steps.storage import checkpoint_sharing
@@ -75,6 +77,7 @@ STEPS: tuple[Step, ...] = (
     force_stuck_terminating,
     record_rule_firings,
     count_worker_rules,
+    refuse_unsupported_runtime,
     terminal_outcome,
     replace_lost,
     resize,

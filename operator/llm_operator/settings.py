@@ -6,10 +6,12 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from llm_elastic.contract import METRICS_PORT
+
 DEFAULT_RENDEZVOUS_IMAGE = "quay.io/coreos/etcd:v3.6.16"
 ETCD_CLIENT_PORT = 2379
 C10D_PORT = 29400
-TRAINER_METRICS_PORT = 9400
+TRAINER_METRICS_PORT = METRICS_PORT
 DEFAULT_PROGRESS_SECONDS = 30.0
 """One status.progress write per job per 30 s at most: 33 writes/s for 1,000 jobs (decision G2)."""
 DEFAULT_INDEX_AUDIT_SECONDS = 300.0

@@ -36,7 +36,7 @@ class ElasticConfig:
     """Snapshot the state into host shared memory (and a buddy node's) every N steps (0: off)."""
     snapshot_dir: str = ""
     """Folder in shared memory (default ``$LLMJOB_SNAPSHOT_DIR``, else under /dev/shm/llm-elastic)."""
-    metrics_port: int = 9400
+    metrics_port: int = contract_mod.METRICS_PORT
     """Prometheus port base (this process listens on port + LOCAL_RANK); 0: no endpoint."""
     step_log: str = ""
     """Rank 0's JSON-lines step log (default ``<checkpoint_dir>/metrics.jsonl``; empty without either)."""

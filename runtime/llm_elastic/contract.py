@@ -14,16 +14,27 @@ The operator sets ``LLMJOB_RECOVERY`` (``restart`` or ``inProcess``) on every wo
 Without ``LLMJOB_RECOVERY`` the mode follows from what is set (``LLMJOB_LIVE_ETCD``: in process; torchrun's
 ``RANK``/``WORLD_SIZE``: restart; nothing: ``standalone``, one process, for a laptop). Pure: reads a
 mapping, raises :class:`~llm_elastic.errors.ContractError` with one line naming the variable.
+
+This module is the whole contract between the runtime and the operator, and it is versioned: the
+``LLMJOB_*`` environment, the etcd keys the operator reads or deletes, the exit codes and termination
+messages it acts on, and the metrics it scrapes. The operator imports these names from here.
+:data:`CONTRACT_VERSION` rises with every change of one of them (:func:`fingerprint`; a unit test fails
+when the names change and the version does not); a worker serves it as the gauge :data:`CONTRACT_METRIC`,
+and the operator refuses a job whose runtime speaks a version outside its range (condition
+``RuntimeUnsupported``; docs/operations.md, "Version skew").
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+# EXIT_RULE_FIRED (79) is defined with the other exit codes (public there) and is part of the contract here.
+from llm_elastic.errors import EXIT_RULE_FIRED as EXIT_RULE_FIRED
 from llm_elastic.errors import contract_error
 
 if TYPE_CHECKING:  # the supervisor (a pod's PID 1) imports this module: it loads nothing more on the way
@@ -50,6 +61,87 @@ LOSS_RULES_ENV = "LLMJOB_LOSS_RULES"
 """The job's loss rules (``loss: nonFinite``) as a JSON list (llm_elastic.loss_rules)."""
 PROCESS_RESTARTS_ENV = "LLMJOB_PROCESS_RESTARTS"
 """Set by the in-pod supervisor (``python -m llm_elastic.supervise``): how often it restarted the program."""
+LOG_RULES_ENV = "LLMJOB_LOG_RULES"
+"""The job's log rules as JSON, for the supervisor (llm_elastic.logrules)."""
+TERMINATION_LOG_ENV = "LLMJOB_TERMINATION_LOG"
+"""Where the termination message goes (default ``/dev/termination-log``)."""
+LOG_FORMAT_ENV = "LLMJOB_LOG_FORMAT"
+"""``text`` or ``json`` log lines: the one ``LLMJOB_*`` name a user may set."""
+NODE_ENV = "LLMJOB_NODE_NAME"
+POD_IP_ENV = "LLMJOB_POD_IP"
+JOB_ENV = "LLMJOB_JOB_NAME"
+INDEX_ENV = "LLMJOB_REPLICA_INDEX"
+ATTEMPT_ENV = "LLMJOB_ATTEMPT"
+
+# The etcd keys the operator reads and deletes under a job's live prefix (llm_elastic.live.layout).
+MEMBERS_DIR = "members/"
+"""``<prefix>members/<member>``: one lease-backed key per live member; the operator evicts a pod's members
+by deleting the range ``<prefix>members/<pod>.``."""
+MEMBER_SEPARATOR = "."
+"""Member ids are ``<pod><MEMBER_SEPARATOR><local rank>-<pid>``."""
+GENERATION_KEY = "generation"
+"""``<prefix>generation``: JSON with the generation's ``members`` (the operator reads who trains)."""
+GENERATION_MEMBERS_FIELD = "members"
+
+# Exit codes and termination messages the operator acts on.
+EXIT_NODE_UNHEALTHY = 78
+"""A node health check failed, or the worker is a straggler, or a log rule replaces the node."""
+RULE_FIRED_PREFIX = "rule-fired:"
+"""Exit 79 (or 78 for replaceNode): ``rule-fired: <rule> <action>: <detail>``."""
+HEALTH_PHASES = ("preflight", "periodic")
+"""Exit 78: ``<phase> <check>: <detail>``; ``preflight``: before the worker became a member."""
+TERMINATION_LIMIT = 1024
+
+# What the operator scrapes: ``<METRIC_PREFIX><gauge>`` on METRICS_PORT + local rank.
+METRICS_PORT = 9400
+METRIC_PREFIX = "llm_trainer_"
+SCRAPED_GAUGES = (
+    "step",
+    "last_step_timestamp_seconds",
+    "total_steps",
+    "loss",
+    "tokens_per_second",
+    "step_time_seconds_sum",
+    "step_time_seconds_count",
+    "last_saved_step",
+    "last_saved_timestamp_seconds",
+    "job_process_restarts",
+    "world_size",
+    "contract_version",
+)
+RULE_FIRED_METRIC = "llm_trainer_rule_fired_total"
+"""Counter of loss rules that fired, labels ``rule`` and ``action``."""
+CONTRACT_METRIC = METRIC_PREFIX + "contract_version"
+
+CONTRACT_VERSION = 2
+"""The contract this runtime speaks. 1: release 0.1.0 (it serves no :data:`CONTRACT_METRIC`: a worker
+without it speaks 1). 2: adds the loss and log rules (``LLMJOB_LOSS_RULES``, ``LLMJOB_LOG_RULES``, exit 79,
+``rule-fired:``, :data:`RULE_FIRED_METRIC`) and :data:`CONTRACT_METRIC`."""
+UNANNOUNCED_VERSION = 1
+"""The version of a worker that serves metrics but no :data:`CONTRACT_METRIC` (release 0.1.0)."""
+FINGERPRINTS = {2: "c96c951736f469ba"}
+"""Version -> :func:`fingerprint` of its names and values. Entries are never edited: a change of the
+contract adds a version (tests/unit/test_contract_version.py)."""
+_BOOKKEEPING = frozenset({"CONTRACT_VERSION", "FINGERPRINTS", "UNANNOUNCED_VERSION", "TYPE_CHECKING"})
+
+
+def fingerprint() -> str:
+    """sha256 (16 hex digits) of every public constant of this module, by name: what a version stands for."""
+    values = {
+        k: v
+        for k, v in globals().items()
+        if k.isupper()
+        and not k.startswith("_")
+        and k not in _BOOKKEEPING
+        and isinstance(v, str | int | tuple)
+    }
+    text = "\n".join(f"{k}={v!r}" for k, v in sorted(values.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def rule_fired_message(rule: str, action: str, detail: str) -> str:
+    """The termination message of a worker a monitoring rule ended."""
+    return f"{RULE_FIRED_PREFIX} {rule} {action}: {detail}"[:TERMINATION_LIMIT]
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llm_elastic.contract import HEALTH_ENV
+from llm_elastic.contract import EXIT_NODE_UNHEALTHY, HEALTH_ENV, TERMINATION_LOG_ENV
 from llm_elastic.errors import contract_error
 
-EXIT_UNHEALTHY = 78
-TERMINATION_LOG_ENV = "LLMJOB_TERMINATION_LOG"
+EXIT_UNHEALTHY = EXIT_NODE_UNHEALTHY
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 PROBE_BYTES = 4 << 20
 COMMAND_TIMEOUT = 60.0

@@ -19,9 +19,9 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
+from llm_elastic.contract import LOG_FORMAT_ENV as FORMAT_ENV
 from llm_elastic.errors import contract_error
 
-FORMAT_ENV = "LLMJOB_LOG_FORMAT"
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from llm_elastic.contract import CONTRACT_VERSION, METRIC_PREFIX, RULE_FIRED_METRIC
+
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -130,16 +132,21 @@ class Exporter:
             "job_process_restarts": "Programs of this job restarted in their pods so far (layer 2)",
             "standby": "1 while this member waits as a standby spare (a full generation trains without it)",
             "outside_seconds": "Seconds this member has waited outside a generation that should take it in",
+            "contract_version": "The runtime/operator contract this runtime speaks (llm_elastic.contract)",
         }
         for name, doc in specs.items():
-            gauge = prom.Gauge(f"llm_trainer_{name}", doc, names, registry=registry)
+            gauge = prom.Gauge(f"{METRIC_PREFIX}{name}", doc, names, registry=registry)
             self._gauges[name] = gauge.labels(**labels)
         self._labels = labels
+        self._gauges["contract_version"].set(CONTRACT_VERSION)
         self._skipped = prom.Counter(
-            "llm_trainer_skipped_steps", "Steps a loss rule dropped on every member", names, registry=registry
+            f"{METRIC_PREFIX}skipped_steps",
+            "Steps a loss rule dropped on every member",
+            names,
+            registry=registry,
         ).labels(**labels)
         self._fired = prom.Counter(
-            "llm_trainer_rule_fired",
+            RULE_FIRED_METRIC.removesuffix("_total"),
             "Loss rules that fired, by rule and action",
             [*names, "rule", "action"],
             registry=registry,

@@ -42,9 +42,9 @@ from pathlib import Path
 from types import FrameType
 
 from llm_elastic.cli_errors import ExitOnErrorParser
-from llm_elastic.contract import PROCESS_RESTARTS_ENV
+from llm_elastic.contract import PROCESS_RESTARTS_ENV, TERMINATION_LOG_ENV, rule_fired_message
 from llm_elastic.errors import EXIT_RULE_FIRED
-from llm_elastic.health import DEFAULT_TERMINATION_LOG, EXIT_UNHEALTHY, TERMINATION_LOG_ENV
+from llm_elastic.health import DEFAULT_TERMINATION_LOG, EXIT_UNHEALTHY
 from llm_elastic.logrules import Firing, LogRules, RuleError
 from llm_elastic.logrules import parse as parse_rules
 from llm_elastic.watched import Output, Watched
@@ -58,7 +58,7 @@ KILL_GRACE = 10.0
 
 def termination_line(firing: Firing) -> str:
     """The termination message of a worker a rule ended (read by the operator, docs/CONTRACTS.md)."""
-    return f"rule-fired: {firing.rule} {firing.action}: {firing.detail}"[:1024]
+    return rule_fired_message(firing.rule, firing.action, firing.detail)
 
 
 def should_restart(code: int) -> bool:

@@ -1,4 +1,5 @@
-"""Monitoring rules (spec.monitoring.rules): the RE2 checks of a log pattern, the workers' env names.
+"""Monitoring rules (spec.monitoring.rules): the RE2 checks of a log pattern (the workers' env names are
+``llm_elastic.contract``'s ``LOSS_RULES_ENV`` and ``LOG_RULES_ENV``).
 
 Patterns are RE2 (the apiserver's CEL ``matches()`` and the supervisor in the pod use RE2, through the
 ``google-re2`` bindings that cel-python already depends on); Python's ``re`` accepts patterns RE2
@@ -8,11 +9,6 @@ refuses (look-arounds, back-references) and reads some RE2 syntax differently, s
 from __future__ import annotations
 
 import re2
-
-LOSS_RULES_ENV = "LLMJOB_LOSS_RULES"
-"""Loss rules for the runtime's step commit: ``[{"name", "action", "after"}]``."""
-LOG_RULES_ENV = "LLMJOB_LOG_RULES"
-"""Log rules for the supervisor (``llm_elastic.logrules``): every field a log rule sets, ``after`` filled."""
 
 
 def _quiet() -> re2.Options:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_elastic.contract import LOG_FORMAT_ENV
+
 # Names the operator sets itself; user env with these names would break the torchrun contract.
 RESERVED_ENV_NAMES: tuple[str, ...] = (
     "RANK",
@@ -25,7 +27,7 @@ RESERVED_ENV_NAMES: tuple[str, ...] = (
     "NODE_RANK",
 )
 RESERVED_ENV_PREFIXES: tuple[str, ...] = ("PET_", "TORCHELASTIC_", "LLMJOB_")
-USER_ENV_NAMES: tuple[str, ...] = ("LLMJOB_LOG_FORMAT",)
+USER_ENV_NAMES: tuple[str, ...] = (LOG_FORMAT_ENV,)
 """Names under a reserved prefix that belong to the user: knobs of the runtime library in the worker that
 the operator never sets (``LLMJOB_LOG_FORMAT``: text or JSON log lines). Jobs and runtimes may set them."""
 

@@ -7,9 +7,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from llm_elastic import contract
+
 from llm_operator import labels
 from llm_operator.api.models import LLMTrainingJob
-from llm_operator.api.monitoring import LOG_RULES_ENV, LOSS_RULES_ENV
 from llm_operator.api.rules import (
     FSX_VOLUME,
     SHM_PATH,
@@ -60,14 +61,14 @@ def rdzv_conf(job: LLMTrainingJob) -> str:
 def _identity_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, Any]]:
     """What every worker is told about itself (LLMJOB_*), whatever runs in it."""
     return [
-        {"name": "LLMJOB_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "LLMJOB_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "LLMJOB_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": "LLMJOB_JOB_NAME", "value": job.metadata.name},
-        {"name": "LLMJOB_REPLICA_INDEX", "value": str(index)},
-        {"name": "LLMJOB_ATTEMPT", "value": str(attempt)},
+        {"name": contract.POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": contract.NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": contract.POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": contract.JOB_ENV, "value": job.metadata.name},
+        {"name": contract.INDEX_ENV, "value": str(index)},
+        {"name": contract.ATTEMPT_ENV, "value": str(attempt)},
         # The mode the program must run in (llm_elastic refuses a mode the program was not written for).
-        {"name": "LLMJOB_RECOVERY", "value": job.spec.failurePolicy.recovery},
+        {"name": contract.RECOVERY_ENV, "value": job.spec.failurePolicy.recovery},
     ]
 
 
@@ -84,10 +85,10 @@ def health_check_json(job: LLMTrainingJob) -> str:
 def _tail_env(job: LLMTrainingJob) -> list[dict[str, Any]]:
     env = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": "LLMJOB_HEALTH_CHECK", "value": health_check_json(job)},
+        {"name": contract.HEALTH_ENV, "value": health_check_json(job)},
     ]
     if job.spec.checkpointDir:
-        env.append({"name": "LLMJOB_CHECKPOINT_DIR", "value": job.spec.checkpointDir})
+        env.append({"name": contract.CHECKPOINT_ENV, "value": job.spec.checkpointDir})
     return env + rules_env(job)
 
 
@@ -105,7 +106,7 @@ def rules_env(job: LLMTrainingJob) -> list[dict[str, str]]:
             log.append(data)
     return [
         {"name": name, "value": json.dumps(items, separators=(",", ":"), sort_keys=True)}
-        for name, items in ((LOSS_RULES_ENV, loss), (LOG_RULES_ENV, log))
+        for name, items in ((contract.LOSS_RULES_ENV, loss), (contract.LOG_RULES_ENV, log))
         if items
     ]
 
@@ -126,7 +127,7 @@ def torchrun_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str
         {"name": "PET_RDZV_ID", "value": job_uid(job)},
         {"name": "PET_RDZV_CONF", "value": rdzv_conf(job)},
         {"name": "PET_MAX_RESTARTS", "value": str(job.spec.failurePolicy.maxRestarts)},
-        {"name": "PET_LOCAL_ADDR", "value": "$(LLMJOB_POD_IP)"},
+        {"name": "PET_LOCAL_ADDR", "value": f"$({contract.POD_IP_ENV})"},
         # Without it torch (2.5+) reuses the first round's master address after a re-rendezvous, so a
         # replacement node waits for ever (measured in bench/trainer_recovery.py, docs/trainer.md).
         {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
@@ -144,11 +145,11 @@ def live_env(job: LLMTrainingJob, index: int, attempt: int) -> list[dict[str, An
     nodes; members are ``<pod>.<pid>`` under the job's prefix in its etcd."""
     return [
         *_identity_env(job, index, attempt),
-        {"name": "LLMJOB_LIVE_ETCD", "value": rendezvous.endpoint(job)},
-        {"name": "LLMJOB_LIVE_PREFIX", "value": live_prefix(job)},
-        {"name": "LLMJOB_LIVE_MIN_MEMBERS", "value": str(job.spec.minReplicas * job.nproc_per_node)},
+        {"name": contract.ETCD_ENV, "value": rendezvous.endpoint(job)},
+        {"name": contract.PREFIX_ENV, "value": live_prefix(job)},
+        {"name": contract.MIN_MEMBERS_ENV, "value": str(job.spec.minReplicas * job.nproc_per_node)},
         # Generations hold at most this many members; registered members beyond it wait as warm spares.
-        {"name": "LLMJOB_LIVE_TARGET_MEMBERS", "value": str(job.desired_replicas * job.nproc_per_node)},
+        {"name": contract.TARGET_MEMBERS_ENV, "value": str(job.desired_replicas * job.nproc_per_node)},
         *_tail_env(job),
     ]
 
@@ -166,7 +167,11 @@ def launcher(job: LLMTrainingJob) -> list[str]:
     --standalone (in process, several processes per pod): it restarts them only when a rule says so."""
     supervise = ["python", "-m", "llm_elastic.supervise"]
     max_restarts = job.spec.failurePolicy.maxRestarts
-    rules = [f"--rules-env={LOG_RULES_ENV}", f"--max-rule-restarts={max_restarts}"] if log_rules(job) else []
+    rules = (
+        [f"--rules-env={contract.LOG_RULES_ENV}", f"--max-rule-restarts={max_restarts}"]
+        if log_rules(job)
+        else []
+    )
     if not in_process(job):
         torchrun = ["torchrun", "--no-python"]
         return [*supervise, *rules, "--max-restarts=0", "--", *torchrun] if rules else torchrun

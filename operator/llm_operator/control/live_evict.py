@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 
 import aiohttp
 import kopf
+from llm_elastic.contract import GENERATION_KEY, GENERATION_MEMBERS_FIELD, MEMBER_SEPARATOR, MEMBERS_DIR
 
 from llm_operator import metrics
 from llm_operator.api.models import LLMTrainingJob
@@ -57,10 +58,10 @@ def member_range(prefix: str, pod: str) -> tuple[str, str]:
     ``worker-10.<pid>``."""
     if not prefix.startswith("/") or not prefix.endswith("/"):
         raise ValueError(f"live prefix must start and end with '/': {prefix!r}")
-    if not pod or "/" in pod or "." in pod:
+    if not pod or "/" in pod or MEMBER_SEPARATOR in pod:
         raise ValueError(f"pod name {pod!r} is not a member-id host part")
-    key = f"{prefix}members/{pod}."
-    return key, key[:-1] + "/"
+    key = f"{prefix}{MEMBERS_DIR}{pod}{MEMBER_SEPARATOR}"
+    return key, key[:-1] + chr(ord(MEMBER_SEPARATOR) + 1)
 
 
 def deleterange_body(prefix: str, pod: str) -> dict[str, str]:
@@ -109,7 +110,7 @@ async def read_generation_members(
     one the runtime writes."""
     host, _, port = address.rpartition(":")
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v3/kv/range"
-    body = {"key": base64.b64encode(f"{prefix}generation".encode()).decode()}
+    body = {"key": base64.b64encode(f"{prefix}{GENERATION_KEY}".encode()).decode()}
     try:
         async with (
             asyncio.timeout(timeout),
@@ -123,7 +124,7 @@ async def read_generation_members(
         if not kvs:
             return []
         record = json.loads(base64.b64decode(kvs[0]["value"]))
-        return [str(member) for member in record["members"]]
+        return [str(member) for member in record[GENERATION_MEMBERS_FIELD]]
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, TypeError) as exc:
         raise RuntimeError(f"etcd at {address}: {type(exc).__name__}: {exc}") from exc
 

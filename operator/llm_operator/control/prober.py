@@ -115,10 +115,10 @@ class ProgressProber:
         targets = probe_targets(workers)
         samples = await probe([metrics_url(p) for p in targets], endpoints=self.endpoints)
         metrics.count_probes(len(samples), len(targets) - len(samples))
-        first = self.tracker.latest is None
+        first, contracts = self.tracker.latest is None, self.tracker.contracts
         self.tracker.record(samples, time.time())
-        if first and self.tracker.latest is not None:
-            self.wake.set()  # the first progress: no need to wait for the next pass
+        if (first and self.tracker.latest is not None) or contracts != self.tracker.contracts:
+            self.wake.set()  # the first progress, or another runtime contract: no need to wait for a pass
 
     async def read_scheduling(self, workers: list[PodView]) -> None:
         """Why the Pending workers get no node (one LIST of the namespace's FailedScheduling events, only

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable
 
 import aiohttp
+from llm_elastic import contract
 from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.control.endpoints import Endpoints, session_of
@@ -36,24 +37,12 @@ __all__ = [
     "probe_targets",
 ]
 
-STEP_METRIC = "llm_trainer_step"
-TIMESTAMP_METRIC = "llm_trainer_last_step_timestamp_seconds"
-PREFIX = "llm_trainer_"
-GAUGES = (
-    "step",
-    "last_step_timestamp_seconds",
-    "total_steps",
-    "loss",
-    "tokens_per_second",
-    "step_time_seconds_sum",
-    "step_time_seconds_count",
-    "last_saved_step",
-    "last_saved_timestamp_seconds",
-    "job_process_restarts",
-    "world_size",
-)
-"""The trainer's gauges one scrape reads (trainer/llm_trainer/metrics.py; the runtime library keeps them)."""
-RULE_FIRED_METRIC = "llm_trainer_rule_fired_total"
+PREFIX = contract.METRIC_PREFIX
+STEP_METRIC = PREFIX + "step"
+TIMESTAMP_METRIC = PREFIX + "last_step_timestamp_seconds"
+GAUGES = contract.SCRAPED_GAUGES
+"""The runtime's gauges one scrape reads (``llm_elastic.contract``, served by ``llm_elastic.metrics``)."""
+RULE_FIRED_METRIC = contract.RULE_FIRED_METRIC
 """The runtime's counter of loss rules that fired, labels rule and action (docs/CONTRACTS.md)."""
 PROBES_PER_JOB = 2
 PROBE_TIMEOUT = 2.0
@@ -94,6 +83,7 @@ def parse_sample(text: str) -> Sample | None:
         last_saved_timestamp=values.get("last_saved_timestamp_seconds"),
         job_process_restarts=integer("job_process_restarts"),
         world_size=integer("world_size"),
+        contract_version=integer("contract_version") or contract.UNANNOUNCED_VERSION,
         rules_fired=tuple((rule, action, count) for (rule, action), count in sorted(fired.items())),
     )
 
@@ -162,6 +152,7 @@ class ProgressTracker:
         self.report_every = report_every
         self.live: LiveGeneration | None = None
         self.scheduling: tuple[SchedulingEvent, ...] = ()
+        self.contracts: frozenset[int] = frozenset()
 
     def record(self, samples: Iterable[Sample], now: float) -> None:
         """Fold one round of answers in: any change of step or last-step time counts as progress
@@ -172,6 +163,7 @@ class ProgressTracker:
             newest = max(answers, key=lambda s: (s.timestamp, s.step))
             self.latest = dataclasses.replace(newest, rules_fired=merged_rules(answers))
             self.latest_at = now
+            self.contracts = frozenset(s.contract_version for s in answers if s.contract_version is not None)
         done = [s for s in answers if s.step > 0 or s.timestamp > 0]
         if not done:
             return
@@ -195,4 +187,5 @@ class ProgressTracker:
             self.report_every,
             self.live,
             self.scheduling,
+            self.contracts,
         )

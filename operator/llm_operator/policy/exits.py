@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
+from llm_elastic.contract import EXIT_NODE_UNHEALTHY
+
 ExitClass = Literal["success", "retry", "fatal"]
 
-HEALTH_EXIT_CODE = 78
+HEALTH_EXIT_CODE = EXIT_NODE_UNHEALTHY
 """A worker that failed a node health check, or was found a straggler, exits with this code (EX_CONFIG):
 its node is recorded and avoided, the worker replaced (``policy.health``, ``steps.nodehealth``)."""
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from llm_elastic.contract import HEALTH_PHASES
+
 UNHEALTHY_LIMIT = 16
 """Entries kept in status.unhealthyNodes (newest); older nodes are no longer avoided."""
 REASON_LIMIT = 256
@@ -37,8 +39,8 @@ CHECKS: dict[str, str] = {
 }
 KINDS = (*sorted(set(CHECKS.values())), "other")
 STRAGGLER = "straggler"
-PREFLIGHT_WORDS = ("preflight", "pre-flight")
-PHASE_WORDS = (*PREFLIGHT_WORDS, "periodic")
+PREFLIGHT_WORDS = (HEALTH_PHASES[0], "pre-flight")
+PHASE_WORDS = (*PREFLIGHT_WORDS, *HEALTH_PHASES[1:])
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ class Sample:
     """Programs of the job restarted inside their pods so far (recovery layer 2; the members agree on it)."""
     world_size: int | None = None
     """Processes in the generation the worker trains in."""
+    contract_version: int | None = None
+    """The runtime/operator contract the worker's runtime speaks (``llm_elastic.contract``; a runtime that
+    serves metrics without it speaks the first); None: not known (a sample not read from metrics)."""
     rules_fired: tuple[tuple[str, str, int], ...] = ()
     """(rule, action, count) of ``llm_trainer_rule_fired_total``: the runtime's loss rules that fired in
     this process (every member of a generation fires together)."""
@@ -60,6 +63,8 @@ class Progress:
     """The live membership's generation as last read (recovery inProcess; None: not read)."""
     scheduling: tuple[SchedulingEvent, ...] = ()
     """The newest FailedScheduling event of each worker still Pending (``policy.unschedulable``)."""
+    contracts: frozenset[int] = frozenset()
+    """The runtime contracts the workers that answered the last probe round speak (``policy.skew``)."""
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RULE_EXIT_CODE = 79
+from llm_elastic.contract import EXIT_RULE_FIRED, RULE_FIRED_PREFIX
+
+RULE_EXIT_CODE = EXIT_RULE_FIRED
 """A log rule ended the worker (restartJob, failJob, restartWorker past its restarts)."""
-PREFIX = "rule-fired:"
+PREFIX = RULE_FIRED_PREFIX
 DETAIL_LIMIT = 256
 
 

@@ -20,10 +20,12 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 
+from llm_elastic.contract import GENERATION_KEY, MEMBERS_DIR
+
 
 def members_prefix(prefix: str) -> str:
     """Folder of the member keys."""
-    return f"{prefix}members/"
+    return f"{prefix}{MEMBERS_DIR}"
 
 
 def member_key(prefix: str, member: str) -> str:
@@ -33,7 +35,7 @@ def member_key(prefix: str, member: str) -> str:
 
 def generation_key(prefix: str) -> str:
     """The generation record (compare-and-set only)."""
-    return f"{prefix}generation"
+    return f"{prefix}{GENERATION_KEY}"
 
 
 def generation_prefix(prefix: str, generation: int) -> str:
