@@ -83,3 +83,18 @@ def test_panels_are_well_formed() -> None:
         for target in panel["targets"]:
             for var in re.findall(r"\$(\w+)", target["expr"]):
                 assert var in variables | {"__rate_interval"}, (panel["title"], var)
+
+
+def test_worker_panels_show_one_series_per_job_never_a_sum_over_workers() -> None:
+    """Every worker exports the job's global figures (tokens/s, step): a sum over a job's workers would show
+    N times the truth for N workers (issue 58), so a per-job panel takes one series: max (or an average)."""
+    for panel in _panels():
+        for target in panel["targets"]:
+            expr = target["expr"]
+            if "llm_trainer_" in expr:
+                assert not re.search(r"\b(sum|count)\b", expr), (panel["title"], expr)
+                assert re.search(r"\b(max|avg|min) by \(namespace, llmjob\)", expr), (panel["title"], expr)
+    (throughput,) = [p for p in _panels() if "tokens per second" in p["title"].lower()]
+    assert throughput["targets"][0]["expr"].startswith(
+        "max by (namespace, llmjob) (llm_trainer_tokens_per_second"
+    )

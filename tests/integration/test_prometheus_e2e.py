@@ -9,10 +9,11 @@ PrometheusRule with a short ``for`` set through values, and the queries checked 
 dashboard ConfigMap the chart ships. Every wait asks Prometheus's HTTP API (``/api/v1/alerts``,
 ``/api/v1/query``).
 
-The story: a job of 2 workers trains; worker-1's node goes NotReady and the 2-GPU-node cluster has no other
-node for the replacement, so the job is held at 1 of 2: LLMJobBelowDesiredSize goes pending, then firing;
-the node returns, the job is whole again and the alert resolves. Then every dashboard query has data over
-the story's time range (the reaction latency panel included: the loss was reacted to).
+The story: a job of 2 workers trains, and the dashboard's throughput panel shows the job's own rate (what
+each worker's trainer exports), not twice it; worker-1's node goes NotReady and the 2-GPU-node cluster has
+no other node for the replacement, so the job is held at 1 of 2: LLMJobBelowDesiredSize goes pending, then
+firing; the node returns, the job is whole again and the alert resolves. Then every dashboard query has
+data over the story's time range (the reaction latency panel included: the loss was reacted to).
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_
         "both workers' training steps in Prometheus",
         interval=1,
     )
+    _check_throughput(prometheus, rendered, ns, selector)
     # Whole: ready == desired, so the alert (which may have fired while the workers started) is inactive.
     wait_for(lambda: _state(prometheus) == "inactive", 60, f"{ALERT} inactive while the job is whole", 0.5)
 
@@ -176,15 +178,39 @@ def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_
     _check_dashboard(prometheus, rendered, ns, start)
 
 
-def _check_dashboard(
-    prometheus: PrometheusServer, rendered: list[dict[str, Any]], ns: str, start: float
-) -> None:
-    """Every query of the dashboard ConfigMap the chart renders has data over [start, now]."""
+def _dashboard(rendered: list[dict[str, Any]]) -> dict[str, Any]:
+    """The dashboard of the ConfigMap the chart renders."""
     (config_map,) = [
         o for o in rendered if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")
     ]
     (text,) = config_map["data"].values()
-    dashboard = json.loads(text)
+    dashboard: dict[str, Any] = json.loads(text)
+    return dashboard
+
+
+def _check_throughput(
+    prometheus: PrometheusServer, rendered: list[dict[str, Any]], ns: str, selector: str
+) -> None:
+    """The throughput panel shows the job's rate: the figure a worker's trainer exports itself (every
+    worker exports the job's global rate), never the sum over the job's 2 workers (issue 58)."""
+    (panel,) = [p for p in _dashboard(rendered)["panels"] if "tokens per second" in p["title"].lower()]
+    shown = _grafana(panel["targets"][0]["expr"], {"namespace": ns})
+    workers = f"llm_trainer_tokens_per_second{{{selector}}}"
+    wait_for(lambda: prometheus.query(f"count({workers} > 0) == 2"), 60, "both workers' tokens/s", 1)
+    # One query each, so that every side is read at the same instant.
+    assert prometheus.query(f"count({workers} == on(namespace, llmjob) group_left ({shown})) >= 1"), (
+        "the panel equals one worker's own figure"
+    )
+    assert prometheus.query(f"({shown}) < on(namespace, llmjob) sum by (namespace, llmjob) ({workers})"), (
+        "the panel is not the sum over the workers"
+    )
+
+
+def _check_dashboard(
+    prometheus: PrometheusServer, rendered: list[dict[str, Any]], ns: str, start: float
+) -> None:
+    """Every query of the dashboard ConfigMap the chart renders has data over [start, now]."""
+    dashboard = _dashboard(rendered)
     step = 2.0
     scrape = _seconds(SCRAPE)
     variables = {
