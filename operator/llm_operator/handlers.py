@@ -109,6 +109,7 @@ async def pod_changed(
         meta.get("resourceVersion"),
         type,
         kwargs["worker_pods"],
+        meta.get("uid") or "",
     )
 
 
@@ -120,7 +121,7 @@ async def node_changed(
     still passes every 30 s."""
     jobs = running_jobs(memo)
     view = node_view(dict(body), jobs.settings.node_conditions)
-    await jobs.node_event(view, type == "DELETED", kwargs["worker_pods"], logger)
+    await jobs.node_event(view, type == "DELETED", kwargs["worker_pods"], logger, kwargs.get("nodes"))
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

@@ -237,6 +237,12 @@ class Kube:
             raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
         return dict(body)
 
+    async def namespace_labels(self, name: str) -> dict[str, str]:
+        """The labels of a namespace (the tenant policy's privileged label; RBAC: get namespaces)."""
+        _, body = await _answered(self.core.read_namespace(name, _preload_content=False))
+        labels = (json.loads(body).get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
     async def mark_node(self, name: str, key: str, value: str) -> bool:
         """Label the node ``key=value`` and add the taint ``key=value:NoSchedule`` (once). False: the node
         is gone or already carries the taint."""

@@ -69,6 +69,11 @@ RULE_FIRED = Counter(
 NODES_MARKED = Counter(
     "llmjob_nodes_marked_total", "Unhealthy nodes labelled and tainted (LLMJOB_MARK_UNHEALTHY_NODES)"
 )
+NODE_HEALTH_BRAKED = Counter(
+    "llmjob_node_health_braked_total",
+    "Unhealthy-node reports the brake held back (limit: share of nodes marked, or rate of replacements)",
+    ["limit"],
+)
 REACTION = Histogram(
     "llmjob_reaction_seconds",
     "From the failure signal's API timestamp to the lost worker's deletion (1 s timestamp resolution)",
@@ -125,6 +130,7 @@ _zeroed(FAILURES, SIGNALS)
 _zeroed(RESIZES, RESIZE_DIRECTIONS)
 _zeroed(PROGRESS_PROBES, PROBE_RESULTS)
 _zeroed(UNHEALTHY_NODES, KINDS)
+_zeroed(NODE_HEALTH_BRAKED, ("share", "rate"))
 _zeroed(REACTION_STAGES, REACTION_STAGE_NAMES)
 _zeroed(GC_PAUSE, GC_GENERATIONS)
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from llm_elastic.contract import METRICS_PORT
+
+from llm_operator.policy.brake import BrakeLimits
+from llm_operator.policy.tenancy import TenantPolicy
 
 DEFAULT_RENDEZVOUS_IMAGE = "quay.io/coreos/etcd:v3.6.16"
 ETCD_CLIENT_PORT = 2379
@@ -76,13 +80,20 @@ class Settings:
     gc_thaw_seconds: float = DEFAULT_GC_THAW_SECONDS
     """Survivors of each full garbage collection are frozen out of the next ones, and thawed this often
     (LLMJOB_GC_THAW_SECONDS; 0: never frozen, Python's own collector as it is)."""
+    tenant_policy: TenantPolicy | None = None
+    """The tenant rules applied to the pods the operator builds (LLMJOB_TENANT_POLICY, a JSON object with
+    serviceAccounts and registries: the chart's tenantPolicy; unset: not applied)."""
+    health_brake: BrakeLimits = field(default_factory=BrakeLimits)
+    """The brake on node marking and health replacements (LLMJOB_NODE_HEALTH_BRAKE, a JSON object with
+    maxMarkedShare and maxReplacementsPerMinute: the chart's nodeHealth)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read LLMJOB_RENDEZVOUS_IMAGE, LLMJOB_DEFAULT_NODE_SELECTOR (a JSON object),
         LLMJOB_OPERATOR_NAMESPACE, LLMJOB_OPERATOR_POD_LABELS (a JSON object), LLMJOB_KUEUE and
         LLMJOB_PROGRESS_SECONDS, LLMJOB_MARK_UNHEALTHY_NODES, LLMJOB_INDEX_AUDIT_SECONDS,
-        LLMJOB_NODE_CONDITIONS, LLMJOB_PEERING_LIFETIME and LLMJOB_GC_THAW_SECONDS."""
+        LLMJOB_NODE_CONDITIONS, LLMJOB_PEERING_LIFETIME, LLMJOB_GC_THAW_SECONDS, LLMJOB_TENANT_POLICY and
+        LLMJOB_NODE_HEALTH_BRAKE."""
         env = dict(os.environ) if environ is None else environ
         operator_labels = _string_map(env, "LLMJOB_OPERATOR_POD_LABELS")
         conditions = _string_map(env, "LLMJOB_NODE_CONDITIONS")
@@ -103,6 +114,8 @@ class Settings:
                 env, "LLMJOB_PEERING_LIFETIME", DEFAULT_PEERING_LIFETIME_S
             ),
             gc_thaw_seconds=_seconds(env, "LLMJOB_GC_THAW_SECONDS", DEFAULT_GC_THAW_SECONDS),
+            tenant_policy=tenant_policy(env),
+            health_brake=health_brake(env),
         )
 
 
@@ -160,3 +173,53 @@ def kueue_enabled(environ: dict[str, str] | None = None) -> bool:
     """LLMJOB_KUEUE: anything but false/0/no/off (case-insensitive) keeps Kueue support on."""
     env = dict(os.environ) if environ is None else environ
     return env.get("LLMJOB_KUEUE", "true").strip().lower() not in ("false", "0", "no", "off")
+
+
+def _json_object(env: dict[str, str], name: str) -> dict[str, Any] | None:
+    """A JSON object from the environment variable ``name``; None when unset or blank."""
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} is not valid JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{name} must be a JSON object")
+    return parsed
+
+
+def _strings(parsed: dict[str, Any], name: str, key: str) -> tuple[str, ...]:
+    value = parsed.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{name}: {key} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def tenant_policy(env: dict[str, str]) -> TenantPolicy | None:
+    """LLMJOB_TENANT_POLICY: {"serviceAccounts": [...], "registries": [...]}; unset: no tenant rules."""
+    parsed = _json_object(env, "LLMJOB_TENANT_POLICY")
+    if parsed is None:
+        return None
+    name = "LLMJOB_TENANT_POLICY"
+    return TenantPolicy(_strings(parsed, name, "serviceAccounts"), _strings(parsed, name, "registries"))
+
+
+BRAKE_ENV = "LLMJOB_NODE_HEALTH_BRAKE"
+
+
+def health_brake(env: dict[str, str]) -> BrakeLimits:
+    """LLMJOB_NODE_HEALTH_BRAKE: {"maxMarkedShare": 0.2, "maxReplacementsPerMinute": 10}; unset: those."""
+    parsed = _json_object(env, BRAKE_ENV) or {}
+    default = BrakeLimits()
+    share = parsed.get("maxMarkedShare", default.max_marked_share)
+    rate = parsed.get("maxReplacementsPerMinute", default.max_replacements_per_minute)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise ValueError(
+            f"LLMJOB_NODE_HEALTH_BRAKE: maxMarkedShare must be a number in [0, 1], not {share!r}"
+        )
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate < 0:
+        raise ValueError(
+            f"LLMJOB_NODE_HEALTH_BRAKE: maxReplacementsPerMinute must be an int >= 0, not {rate!r}"
+        )
+    return BrakeLimits(float(share), rate)

@@ -29,6 +29,7 @@ from llm_operator.observe import pod_view
 from llm_operator.policy.placement import required_avoidance
 from llm_operator.policy.refusals import (
     CONDITION,
+    REFUSED_BY_OPERATOR,
     REFUSED_STATUSES,
     Refusal,
     refusal_condition,
@@ -122,9 +123,11 @@ class PlanApplier:
         body: kopf.Body,
         logger: kopf.Logger,
         clock: PassClock | None = None,
+        refusal: str | None = None,
     ) -> Applied:
         """Everything of the plan before its status: metrics, nodes, live members, deletions, creations.
-        ``clock``: the pass's, for the stages of a reaction to a lost worker."""
+        ``clock``: the pass's, for the stages of a reaction to a lost worker. ``refusal``: why the operator
+        itself refuses the job's workers (``control.tenant_gate``): none is created, each is a refusal."""
         now = time.time()
         clock = clock or PassClock(time.monotonic())
         for signal, since in decided.lost:
@@ -162,7 +165,11 @@ class PlanApplier:
             for index in decided.create
         ]
         creating = time.monotonic()
-        answers = await asyncio.gather(*(self._create(p) for p in pods))
+        answers: list[bool | Refusal] = (
+            [Refusal(p["metadata"]["name"], REFUSED_BY_OPERATOR, refusal) for p in pods]
+            if refusal is not None
+            else list(await asyncio.gather(*(self._create(p) for p in pods)))
+        )
         self._time_reaction(decided, clock, (deleting, deleted, creating, time.monotonic()), bool(pods))
         created = [a is True for a in answers]
         refused = [a for a in answers if isinstance(a, Refusal)]

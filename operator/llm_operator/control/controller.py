@@ -26,12 +26,14 @@ from llm_operator.control.expectations import Expectations
 from llm_operator.control.ghosts import Ghosts, IndexAudit
 from llm_operator.control.kueue_sync import KueueSync
 from llm_operator.control.live_evict import LiveEvictor
-from llm_operator.control.node_marking import NodeMarker
+from llm_operator.control.node_marking import NodeMarker, braked
 from llm_operator.control.prober import ProgressProber
 from llm_operator.control.scheduling_events import SchedulingEvents
 from llm_operator.control.status_writer import StatusWriter
+from llm_operator.control.tenant_gate import TenantGate
 from llm_operator.kube import Kube
 from llm_operator.observe import NodeView, PodView
+from llm_operator.policy.brake import HealthBrake
 from llm_operator.reconcile import plan
 from llm_operator.runtime_resolution import RuntimeResolver, unresolved_status
 from llm_operator.settings import Settings
@@ -55,6 +57,7 @@ class JobController:
         ghosts: Ghosts | None = None,
         endpoints: Endpoints | None = None,
         scheduling: SchedulingEvents | None = None,
+        marker: NodeMarker | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
@@ -84,13 +87,19 @@ class JobController:
         self.kueue = KueueSync(kube, settings.kueue)
         self.workloads: Mapping[Any, Iterable[dict[str, Any]]] | None = None
         """The operator's index of Kueue Workloads by (namespace, job); None when Kueue support is off."""
+        self.marker = marker or NodeMarker(
+            kube, settings.mark_unhealthy_nodes, HealthBrake(settings.health_brake)
+        )
+        """Marks unhealthy nodes through the operator's one brake (shared by every job: ``control.jobs``)."""
+        self.tenants = TenantGate(kube, settings.tenant_policy, namespace)
+        """The tenant rules on the spec this job runs (``control.tenant_gate``)."""
         self.applier = PlanApplier(
             kube,
             namespace,
             name,
             self.expect,
             self.kueue,
-            NodeMarker(kube, settings.mark_unhealthy_nodes),
+            self.marker,
             self.live,
             settings.karpenter,
         )
@@ -190,7 +199,8 @@ class JobController:
             self.runtime.report(problem, body, logger)
             return RUNTIME_RETRY_SECONDS
         job = self.job_from(body)
-        if self.support_generation != job.metadata.generation:
+        refused = await self.tenants.refusal(job)  # then nothing is made: no support objects, no workers
+        if refused is None and self.support_generation != job.metadata.generation:
             for obj in support_objects(job, self.settings):
                 await self.kube.create(obj)
             self.support_generation = job.metadata.generation
@@ -198,13 +208,17 @@ class JobController:
         observed = list(pods_index.get((self.namespace, self.name), ()))
         mine = self.expect.apply(observed)
         nodes = {view.name: view for views in nodes_index.values() for view in views}
+        self.marker.see(nodes)
+        nodes, held = self.marker.brake.filter_nodes(nodes, self.marker.marked(), time.time())
+        for report in held:
+            braked(report, body, logger)
         everyone = AllWorkers(pods_index, (self.namespace, self.name), mine)
         now = time.time()
         workload = self.kueue.workload_of(self.workloads, job)
         admission = await self.kueue.admission(job, workload)
         decided = plan(job, mine, nodes, everyone, now, self.prober.tracker.progress(), admission)
         previous = self.status.current(body)
-        applied = await self.applier.pods(job, decided, body, logger, clock)
+        applied = await self.applier.pods(job, decided, body, logger, clock, refused)
         self.replace_now = applied.freed
         status = with_refusals(
             {**decided.status, "runtime": self.runtime.copy}, previous, applied, job.metadata.generation

@@ -8,6 +8,7 @@ same process (the in-process tests, the demo) starts with nothing left over.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from llm_operator.control.node_marking import NodeMarker
 from llm_operator.control.scheduling_events import SchedulingEvents
 from llm_operator.kube import Kube
 from llm_operator.observe import NodeView, PodView
+from llm_operator.policy.brake import HealthBrake
 from llm_operator.settings import Settings
 
 MEMO_KEY = "llmjob"
@@ -88,8 +90,10 @@ class RunningJobs:
         """The one HTTP client of every controller's periodic requests to pods (probes, generation reads)."""
         self.scheduling = SchedulingEvents(kube.failed_scheduling)
         """One read of a namespace's FailedScheduling events for all its jobs' probers."""
-        self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes)
-        """Marks nodes that fail a platform condition, for every workload
+        self.brake = HealthBrake(settings.health_brake)
+        """The one brake on node marking and health replacements (``llm_operator.policy.brake``)."""
+        self.marker = NodeMarker(kube, settings.mark_unhealthy_nodes, self.brake)
+        """Marks unhealthy nodes, for every workload, shared by every job's controller
         (``llm_operator.control.node_marking``)."""
 
     def live(self, pods_index: Mapping[Any, Iterable[PodView]]) -> LiveWorkers:
@@ -105,6 +109,7 @@ class RunningJobs:
             ghosts=self.ghosts,
             endpoints=self.endpoints,
             scheduling=self.scheduling,
+            marker=self.marker,
         )
         self.controllers[key] = controller
         return controller
@@ -147,12 +152,21 @@ class RunningJobs:
         self.wake(key)
 
     async def node_event(
-        self, view: NodeView, deleted: bool, pods_index: Mapping[Any, Iterable[PodView]], logger: kopf.Logger
+        self,
+        view: NodeView,
+        deleted: bool,
+        pods_index: Mapping[Any, Iterable[PodView]],
+        logger: kopf.Logger,
+        nodes_index: Mapping[Any, Iterable[NodeView]] | None = None,
     ) -> None:
         """A node changed (heartbeats change nothing here): with node marking on, first mark or unmark it
         for its platform conditions (``NodeMarker.follow_conditions``), then wake the jobs it concerns
         (:meth:`node_changed`)."""
         health = node_health(view, deleted)
+        if nodes_index is not None:  # the brake decides which failing conditions are obeyed
+            nodes = {v.name: v for views in nodes_index.values() for v in views}
+            self.marker.see(nodes)
+            self.brake.filter_nodes(nodes, self.marker.marked(), time.time())
         if health is not None and self.node_health.get(view.name) != health:
             await self.marker.follow_conditions(view, self.settings.node_conditions.keys(), logger)
         self.node_changed(view.name, health, pods_index)

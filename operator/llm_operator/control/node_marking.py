@@ -6,11 +6,16 @@ With marking on, a node that a platform condition reports unhealthy (``Settings.
 marked the same way, with the condition's type as the value, and unmarked by the operator once no
 watched condition fails any more (docs/decisions.md, K5): Karpenter then sees a taint it can reason about
 and launches a node for the displaced worker. A mark from a health check (exit 78) stays until a person
-removes it."""
+removes it.
+
+Every mark goes through the operator's one ``HealthBrake`` (``llm_operator.policy.brake``): beyond its share
+of the cluster's nodes no node is marked; a Warning Event ``NodeHealthBraked`` and
+``llmjob_node_health_braked_total`` say so."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import time
+from collections.abc import Collection, Iterable, Mapping
 from typing import Literal
 
 import kopf
@@ -18,6 +23,7 @@ import kopf
 from llm_operator import labels, metrics
 from llm_operator.kube import Kube, KubeError
 from llm_operator.observe import NodeView
+from llm_operator.policy.brake import HealthBrake, Held
 
 Marking = tuple[Literal["mark", "unmark"], str]
 
@@ -38,9 +44,20 @@ def condition_mark(node: NodeView, conditions: Collection[str]) -> Marking | Non
 class NodeMarker:
     """Counts the unhealthy nodes a pass found and, when enabled, marks them."""
 
-    def __init__(self, kube: Kube, enabled: bool) -> None:
+    def __init__(self, kube: Kube, enabled: bool, brake: HealthBrake | None = None) -> None:
         self.kube = kube
         self.enabled = enabled
+        self.brake = brake or HealthBrake()
+        self.nodes: Mapping[str, NodeView] = {}
+        """The cluster's nodes as the last pass saw them (:meth:`see`): the brake's share counts them."""
+
+    def see(self, nodes: Mapping[str, NodeView]) -> None:
+        """The cluster's nodes as a pass sees them (the index)."""
+        self.nodes = nodes
+
+    def marked(self) -> set[str]:
+        """Nodes that carry the operator's unhealthy taint, as the index shows them."""
+        return {name for name, view in self.nodes.items() if view.taint(labels.UNHEALTHY_NODE) is not None}
 
     async def record(
         self, unhealthy: Iterable[tuple[str, str]], body: kopf.Body, logger: kopf.Logger
@@ -48,8 +65,13 @@ class NodeMarker:
         """Every (node, check) of the pass: counted by check, and marked when enabled."""
         for node, check in unhealthy:
             metrics.UNHEALTHY_NODES.labels(check).inc()
-            if self.enabled:
+            if not self.enabled:
+                continue
+            held = self.brake.may_mark(node, self.marked(), len(self.nodes), time.time())
+            if held is None:
                 await self.mark(node, check, body, logger)
+            else:
+                braked(held, body, logger)
 
     async def mark(self, node: str, check: str, body: kopf.Body, logger: kopf.Logger) -> None:
         """Label and taint the node (``elasticllm.dev/unhealthy=<check>``, NoSchedule)."""
@@ -70,8 +92,8 @@ class NodeMarker:
         """Mark or unmark ``node`` for its platform conditions (``condition_mark``), when enabled. A
         failure is logged: the jobs' own avoidance still keeps their workers off the node."""
         change = condition_mark(node, conditions) if self.enabled else None
-        if change is None:
-            return
+        if change is None or (change[0] == "mark" and self.nodes and not self.brake.obeys(node.name)):
+            return  # a condition the brake holds back (``HealthBrake.filter_nodes``) marks nothing
         action, value = change
         try:
             if action == "mark":
@@ -85,3 +107,11 @@ class NodeMarker:
             metrics.NODES_MARKED.inc()
         if done:
             logger.info(f"Node{action.capitalize()}ed: {node.name} {labels.UNHEALTHY_NODE}={value}")
+
+
+def braked(held: Held, body: kopf.Body, logger: kopf.Logger) -> None:
+    """A report the brake held back: counted, and the first time a Warning Event on the job."""
+    metrics.NODE_HEALTH_BRAKED.labels(held.limit).inc()
+    if held.first:
+        logger.warning(f"NodeHealthBraked: {held.message}")
+        kopf.event(body, type="Warning", reason="NodeHealthBraked", message=held.message)

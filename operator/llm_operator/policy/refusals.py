@@ -21,6 +21,8 @@ REASON = "AdmissionRefused"
 REFUSED_STATUSES = frozenset({400, 403, 422})
 """HTTP answers to a create that are a refusal of the object itself (Forbidden: admission or quota;
 BadRequest/Invalid: a webhook or validation); a conflict (409) or a throttle (429) is not."""
+REFUSED_BY_OPERATOR = 0
+"""The status of a worker the operator itself refused (the tenant rules: ``control.tenant_gate``)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ def describe(refused: Sequence[Refusal]) -> str:
     """One line quoting every refusal (the same admission rule usually refuses each worker alike)."""
     messages = sorted({r.message for r in refused})
     names = ", ".join(sorted(r.pod for r in refused))
-    return f"the API server refused worker(s) {names}: " + "; ".join(messages)
+    who = "the operator" if all(r.status == REFUSED_BY_OPERATOR for r in refused) else "the API server"
+    return f"{who} refused worker(s) {names}: " + "; ".join(messages)
 
 
 def refusal_condition(
