@@ -19,6 +19,8 @@ class FakeKube:
         self.uids: set[str] = set()
         self.ips: list[str] = []
         self.fail: set[str] = set()
+        self.taken: dict[str, str | None] = {}
+        """Pod names whose creation answers 409, and the uid a read of each gives (None: gone)."""
 
     def _call(self, method: str, *args: Any) -> None:
         self.calls.append((method, args))
@@ -31,6 +33,16 @@ class FakeKube:
     async def create(self, obj: dict[str, Any]) -> bool:
         self._call("create", obj)
         return True
+
+    async def create_pod(self, pod: dict[str, Any]) -> str | None:
+        """The pod's uid: ``uid-<name>``; None (409) for a name in ``taken``. Recorded as a ``create``."""
+        self._call("create", pod)
+        name = pod["metadata"]["name"]
+        return None if name in self.taken else f"uid-{name}"
+
+    async def pod_uid(self, namespace: str, name: str) -> str | None:
+        self._call("pod_uid", namespace, name)
+        return self.taken.get(name)
 
     async def delete_pod(self, namespace: str, name: str, uid: str, force: bool) -> str:
         """A forced deletion leaves no object (the real answer when the pod has no finalizer)."""

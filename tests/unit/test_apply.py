@@ -90,7 +90,7 @@ def test_members_leave_before_the_pods_go_and_the_index_lag_is_covered(
     assert order == ["evict", "delete"]
     assert [name for name, _ in kube.calls] == ["mark_node", "delete_pod", "create"]
     assert applied.created == ["llama-worker-1"]
-    assert "old-1" in parts.expect.deleted and "llama-worker-1" in parts.expect.created
+    assert "old-1" in parts.expect.deleted and "uid-llama-worker-1" in parts.expect.created
 
 
 def stage_totals() -> dict[str, tuple[float, float]]:

@@ -193,7 +193,8 @@ def test_expectations_mark_deleted_and_expire() -> None:
     ex.expect_deleted("u1", now=0.0)
     seen = ex.apply([pod(1)], now=1.0)
     assert seen[0].deleting
-    assert not ex.apply([pod(1)], now=100.0)[0].deleting
+    assert ex.apply([pod(1)], now=100.0)[0].deleting, "a lagging watch: still deleting after 100 s"
+    assert not ex.apply([pod(1)], now=400.0)[0].deleting
 
 
 def test_a_pod_deleted_and_gone_is_left_out_and_its_index_replaced() -> None:

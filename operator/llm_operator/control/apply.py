@@ -173,13 +173,10 @@ class PlanApplier:
         self._time_reaction(decided, clock, (deleting, deleted, creating, time.monotonic()), bool(pods))
         created = [a is True for a in answers]
         refused = [a for a in answers if isinstance(a, Refusal)]
-        for pod, answer, made in zip(pods, answers, created, strict=True):
+        for answer, made in zip(answers, created, strict=True):
             if isinstance(answer, Refusal):  # never created: nothing to expect, the next pass tries again
                 logger.warning(f"worker {answer.pod} refused: {answer.message}")
                 continue
-            view = pod_view(pod)
-            if view is not None:  # not in the watch yet: created just now
-                self.expect.expect_created(dataclasses.replace(view, created=now))
             if made:
                 metrics.PODS_CREATED.inc()
         if any(d.why.stall for d in decided.delete):
@@ -214,13 +211,23 @@ class PlanApplier:
             self.deleted_at = None
 
     async def _create(self, pod: dict[str, Any]) -> bool | Refusal:
-        """``Kube.create``; a refusal of the pod itself (admission, quota) as a :class:`Refusal`."""
+        """``Kube.create_pod``, then expected under the UID it answered until the watch shows that UID
+        (``control.expectations``). A name already taken (409: the watch lags behind an earlier creation)
+        is expected under the UID of the pod that holds it, read back, so no pass creates it again. A
+        refusal of the pod itself (admission, quota) is a :class:`Refusal`."""
+        name = pod["metadata"]["name"]
         try:
-            return await self.kube.create(pod)
+            uid = await self.kube.create_pod(pod)
         except KubeError as exc:
             if exc.status not in REFUSED_STATUSES:
                 raise
-            return Refusal(pod["metadata"]["name"], exc.status, refusal_message(exc.status, exc.reason))
+            return Refusal(name, exc.status, refusal_message(exc.status, exc.reason))
+        made = uid is not None
+        holder = uid if made else await self.kube.pod_uid(self.namespace, name)
+        view = pod_view(pod)
+        if holder and view is not None:
+            self.expect.expect_created(dataclasses.replace(view, uid=holder, created=time.time()))
+        return made
 
     def announce(
         self,
