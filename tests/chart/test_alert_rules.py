@@ -30,6 +30,7 @@ ALERTS = {
     "LLMJobSlowFailureReaction",
     "LLMJobReconcileErrors",
     "LLMJobNodesFailingHealthChecks",
+    "LLMJobNodeHealthBraked",
     "LLMJobMonitoringRuleFiring",
     "LLMJobOperatorDown",
     "LLMJobOperatorNoLeader",
