@@ -10,6 +10,8 @@ really train (the pod runner), as on EKS where GPU nodes come only for Pending p
    the node (a taint Karpenter understands) and Karpenter launches a node for the replacement; when the
    condition clears the mark goes and the node takes a worker again.
 5. Consolidation (WhenEmptyOrUnderutilized, after 1 s) never removes a node that runs a training worker.
+6. The example NodePools of deploy/examples/karpenter/ are ones real Karpenter's CRD accepts (a server-side
+   dry run; their EC2NodeClasses belong to the AWS provider, which the test bed does not run).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.karpenter import GPU_POOL, control
@@ -32,6 +35,7 @@ from .e2e_support import JOB, Training
 
 pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(900)]
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "karpenter"
 FULL_TIMEOUT = 300.0
 """Karpenter's launch, the node's start, four interpreters importing torch on a loaded 2-core box."""
 
@@ -105,6 +109,19 @@ def test_karpenter_brings_the_nodes_a_job_asks_for_and_a_lost_one_back(karpenter
     assert hosts - {node} <= remaining, f"a node running a worker was removed: {sorted(hosts - remaining)}"
     result = t.audit()
     print(result.summary())
+
+    # 6. The shipped NodePool examples pass real Karpenter's validation (schema and CEL rules).
+    pools = [
+        d
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text())
+        if d and d["kind"] == "NodePool"
+    ]
+    assert len(pools) == 2, "deploy/examples/karpenter holds a GPU and a CPU NodePool"
+    out = t.cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(pools)
+    ).stdout
+    assert out.count("(server dry run)") == len(pools), out
 
 
 def test_a_nodepool_limit_holds_the_job_at_3_until_it_is_raised(karpenter_train: Training) -> None:
