@@ -37,7 +37,14 @@ tools: setup
 images:
 	PYTHONPATH=testbed $(PYTHON) -m llm_testbed.images build
 
-test: setup tools
+# The tiers run cheapest first (pyproject's testpaths: unit, trainer, chart, integration) while the Go tools and
+# then the images build in the background, one after the other (two cores: docs/development.md, "CI time").
+# A test that needs a tool or an image waits for that one alone (a lock per tool group and per image).
+test: setup
+	@mkdir -p _out
+	@echo ">> tools, then images, build in the background: _out/tools-build.log, _out/images-build.log"
+	@( $(BIN)/llmjob tools build > _out/tools-build.log 2>&1; \
+	   PYTHONPATH=testbed $(PYTHON) -m llm_testbed.images build > _out/images-build.log 2>&1 ) &
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: setup

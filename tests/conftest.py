@@ -41,6 +41,8 @@ from llm_testbed.karpenter import control as karpenter_control
 from llm_testbed.localcluster import chaos, nodes, paths, restart
 from llm_testbed.localcluster.cluster import LocalCluster, cluster_names, pid_alive
 from llm_testbed.localcluster.nodewatch import NodeGuard
+from support.tier_times import TierTimes
+from support.tools_first import ToolsFirst
 from support.wait import wait_for
 
 TEST_GPU_NODES = int(os.environ.get("LLMJOB_TEST_GPU_NODES", "4"))
@@ -347,6 +349,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     for log in logs:
         report.sections.append((f"{log.stem} (last {LOG_TAIL_LINES} lines)", _tail(log, LOG_TAIL_LINES)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(TierTimes(), "tier-times")
+    config.pluginmanager.register(ToolsFirst(), "tools-first")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from llm_testbed.podrunner import process
+from llm_testbed.podrunner import launch, process
 from llm_testbed.podrunner.plan import ContainerPlan, Mount
 
 
@@ -55,6 +55,36 @@ def test_launcher_gives_the_pod_its_hostname_hosts_mounts_and_workdir(tmp_path: 
     assert (volume / "out.txt").read_text() == "p-0 p-0.sub.ns.svc.cluster.local 127.1.9.8 yes"
     assert os.uname().nodename != "p-0"  # the machine's hostname is untouched
     assert not (target / "out.txt").exists()  # the bind mount was private to the pod
+
+
+@needs_namespaces
+def test_a_volume_over_the_runners_environment_leaves_it_visible(tmp_path: Path) -> None:
+    """A checkout under /tmp with the chart's emptyDir at /tmp: the container still finds its code."""
+    code = tmp_path / "covered" / "checkout"
+    (code / "mine").mkdir(parents=True)
+    (code / "mine" / "__init__.py").write_text("WHERE = 'kept'\n")
+    empty = tmp_path / "empty-dir-volume"
+    script = "import mine, pathlib; pathlib.Path('/covered-out/out.txt').write_text(mine.WHERE)"
+    out = tmp_path / "out"
+    plan = ContainerPlan(
+        name="c",
+        argv=["python", "-c", script],
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(code)},
+        cwd=None,
+        hostname="p-0",
+        hosts_file=str(tmp_path / "hosts"),
+        mounts=[Mount(str(empty), str(tmp_path / "covered")), Mount(str(out), "/covered-out")],
+    )
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_json()))
+    result = subprocess.run(
+        [sys.executable, "-m", "llm_testbed.podrunner.launch", str(plan_file)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (out / "out.txt").read_text() == "kept"
+    assert launch.hidden_by(["/tmp"], ["/tmp/ci/.venv", "/tmpx/a", "/usr"]) == ["/tmp/ci/.venv"]
 
 
 def test_launch_failure_is_one_line_and_exit_127(tmp_path: Path) -> None:

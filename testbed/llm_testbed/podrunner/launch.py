@@ -5,6 +5,9 @@ private mount and UTS namespace (``unshare(CLONE_NEWNS | CLONE_NEWUTS)``: root, 
 where unprivileged ones are allowed), bind-mounts the pod's volumes at their mountPaths and the pod's
 hosts file over ``/etc/hosts``, sets the pod's hostname, changes to ``workingDir`` and ``exec``s the
 command: the container's main process keeps this PID. Nothing here is visible outside the pod.
+The runner's own Python environment (its prefix, the checkout it runs from, the ``PYTHONPATH`` it hands the
+container) stays visible even where a pod volume is mounted over a folder above it: a checkout under
+``/tmp`` with an ``emptyDir`` at ``/tmp`` (the chart's operator pod) would otherwise lose its ``llmjob``.
 In container mode (``in_image``) it joins the cgroups and ``exec``s ``podman run`` instead.
 Failures print one line and exit 127 (the runner reports it as the container's exit code).
 """
@@ -91,6 +94,34 @@ def tmpfs(target: str, size: int) -> None:
     _mount("tmpfs", target, 0, "tmpfs", f"size={size},mode=1777")
 
 
+def runner_paths(env: dict[str, str]) -> list[str]:
+    """The folders a process-mode container needs from this machine: the interpreter's prefixes, the
+    checkout the test bed runs from, and every ``PYTHONPATH`` entry the plan gives the container."""
+    checkout = str(Path(__file__).resolve().parents[3])
+    entries = [sys.prefix, sys.base_prefix, checkout, *env.get("PYTHONPATH", "").split(":")]
+    return sorted({os.path.realpath(e) for e in entries if e and os.path.isdir(e)})
+
+
+def hidden_by(targets: list[str], paths: list[str]) -> list[str]:
+    """The ``paths`` that a mount at one of ``targets`` (a folder at or above them) would cover."""
+    def under(path: str, target: str) -> bool:
+        return path == target or path.startswith(target.rstrip("/") + "/")
+
+    return [p for p in paths if any(under(p, os.path.realpath(t)) for t in targets)]
+
+
+def keep_visible(paths: list[str]) -> list[tuple[int, str]]:
+    """Open each of ``paths`` (``O_PATH``) before the pod's mounts, so they can be bound back after."""
+    return [(os.open(p, os.O_PATH | os.O_DIRECTORY), p) for p in paths]
+
+
+def bind_back(kept: list[tuple[int, str]]) -> None:
+    for fd, path in kept:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
+        os.close(fd)
+
+
 def join_cgroup(cgroup: str | None) -> None:
     if cgroup:
         Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
@@ -102,18 +133,21 @@ def run(plan: dict[str, Any]) -> None:
     if plan.get("in_image"):  # podman makes the container: namespaces, mounts, hostname, user
         os.execvpe(plan["argv"][0], plan["argv"], plan["env"])  # noqa: S606 - an argv list
     enter_namespaces()
+    env: dict[str, str] = plan["env"]
+    targets = [m["target"] for m in plan["mounts"]]
+    kept = keep_visible(hidden_by(targets, runner_paths(env)))
     for m in plan["mounts"]:
         if m.get("tmpfs_bytes"):
             tmpfs(m["target"], int(m["tmpfs_bytes"]))
         else:
             bind(m["source"], m["target"], m["read_only"])
+    bind_back(kept)
     bind(plan["hosts_file"], "/etc/hosts", read_only=True)
     socket.sethostname(plan["hostname"])
     if plan.get("cwd"):
         Path(plan["cwd"]).mkdir(parents=True, exist_ok=True)
         os.chdir(plan["cwd"])
     argv: list[str] = plan["argv"]
-    env: dict[str, str] = plan["env"]
     os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, as the pod spec gives it
 
 
