@@ -18,7 +18,7 @@ from llm_elastic.live.membership import (
     live_members,
     read_generation,
 )
-from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
+from llm_elastic.rendezvous.etcd_client import EtcdClient, KeyValue, parse_endpoints
 from llm_operator.control.live_evict import evict_pods
 from llm_testbed.local_etcd import LocalEtcd
 from trainer_support import wait_for
@@ -79,6 +79,38 @@ def test_members_agree_then_survivors_agree_after_an_eviction(
     finally:
         for member in members:
             member.leave()
+
+
+SURVIVOR_ROUND_TRIPS = 4
+"""etcd requests of a lone survivor from a peer's eviction to its next generation formed: the commit's read
+of the job (1), the read it decides from (1), the proposal with its own arrival in one compare-and-set (1),
+the read that finds every member arrived (1). docs/runtime-design.md, "etcd round trips per recovery"."""
+
+
+def test_a_survivor_reforms_after_an_eviction_in_the_stated_number_of_etcd_round_trips(
+    etcd: LocalEtcd, request: pytest.FixtureRequest
+) -> None:
+    prefix = f"/live-test/{request.node.name}/"
+    clients = [EtcdClient(parse_endpoints(etcd.endpoint), timeout=5) for _ in range(2)]
+    members = [Membership(c, prefix, name, ttl=30) for c, name in zip(clients, ("a", "b"), strict=True)]
+    try:
+        for member in members:
+            member.register()
+        first = form_all(members, 0, 2)
+        assert first == [Generation(1, ("a", "b"))] * 2
+        survivor = members[0]
+        assert evict(clients[1], prefix, "b")
+        wait_for(lambda: survivor.changes.since(survivor.checked), 10, "the eviction's watch event")
+        before = sum(clients[0].requests.values()) - clients[0].requests["refresh"]
+        assert survivor.changed_since(first[0])
+        assert survivor.next_generation(1, 1, timeout=10) == Generation(2, ("a",))
+        spent = sum(clients[0].requests.values()) - clients[0].requests["refresh"] - before
+        assert spent == SURVIVOR_ROUND_TRIPS, dict(clients[0].requests)
+    finally:
+        for member in members:
+            member.leave()
+        for c in clients:
+            c.close()
 
 
 def test_a_generation_whose_member_never_arrives_is_superseded(
@@ -142,17 +174,17 @@ def test_the_operators_eviction_removes_one_pods_members_through_the_json_gatewa
 
 
 class ListingHook(EtcdClient):
-    """A real client whose next member listing runs :attr:`after_listing` right after the read returned:
+    """A real client whose next read of the job runs :attr:`after_listing` right after the read returned:
     what another thread of the member does between a commit's read and what the commit makes of it."""
 
     after_listing: Callable[[], object] | None = None
 
-    def keys_with_prefix(self, prefix: str) -> list[str]:
-        keys = super().keys_with_prefix(prefix)
+    def read_prefix(self, prefix: str) -> tuple[dict[str, KeyValue], int]:
+        found = super().read_prefix(prefix)
         hook, self.after_listing = self.after_listing, None
         if hook is not None:
             hook()
-        return keys
+        return found
 
 
 def test_a_read_that_missed_the_members_own_re_registration_is_not_an_eviction(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from llm_elastic.live import layout
-from llm_elastic.live.layout import Generation
+from llm_elastic.live.layout import Generation, View, view_of
 from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ def live_members(client: EtcdClient, prefix: str) -> list[str]:
     """Ids of the members whose keys exist now, sorted."""
     folder = layout.members_prefix(prefix)
     return [key[len(folder) :] for key in client.keys_with_prefix(folder)]
+
+
+def read_view(client: EtcdClient, prefix: str) -> View:
+    """The job's whole membership at one revision: one round trip (what a member decides from)."""
+    found, revision = client.read_prefix(prefix)
+    return view_of(prefix, found, revision)
 
 
 def read_generation(client: EtcdClient, prefix: str) -> tuple[Generation | None, int | None]:

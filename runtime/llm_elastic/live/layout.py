@@ -17,10 +17,13 @@ Under a job prefix ``P`` (ends with "/"):
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from llm_elastic.contract import GENERATION_KEY, MEMBERS_DIR
+from llm_elastic.rendezvous.etcd_client import KeyValue
 
 
 def members_prefix(prefix: str) -> str:
@@ -173,3 +176,49 @@ def decide(
         # A joiner: the running generation takes us in at its next step boundary, or we stay a spare.
         return Action.WAIT
     return Action.PROPOSE
+
+
+@dataclass(frozen=True)
+class View:
+    """A job's whole membership as one read of its prefix found it, at one store revision (pure value):
+    every decision of a member is made from one view, and a wait for a change starts after ``revision``."""
+
+    revision: int
+    members: tuple[str, ...]
+    """The live member ids, sorted."""
+    generation: Generation | None
+    generation_revision: int | None
+    """The generation record's mod revision: the compare-and-set token of the next proposal."""
+    arrived: Mapping[int, frozenset[str]]
+    """Per generation number, the members that announced their arrival."""
+    done: bool
+    step: int
+
+    def arrived_in(self, number: int) -> frozenset[str]:
+        """Who arrived in generation ``number``."""
+        return self.arrived.get(number, frozenset())
+
+
+_ARRIVED = re.compile(r"^g([0-9]+)/arrived/(.+)$")
+
+
+def view_of(prefix: str, found: Mapping[str, KeyValue], revision: int) -> View:
+    """Parse the keys under ``prefix`` (as ``EtcdClient.read_prefix`` returns them) into a :class:`View`."""
+    members: list[str] = []
+    arrived: dict[int, set[str]] = {}
+    generation: Generation | None = None
+    generation_revision: int | None = None
+    step = 0
+    for key, kv in found.items():
+        rest = key[len(prefix) :]
+        if rest.startswith(MEMBERS_DIR):
+            members.append(rest[len(MEMBERS_DIR) :])
+        elif rest == GENERATION_KEY:
+            generation, generation_revision = Generation.decode(kv.value), kv.mod_revision
+        elif key == step_key(prefix):
+            step = int(kv.value)
+        elif (match := _ARRIVED.match(rest)) is not None:
+            arrived.setdefault(int(match.group(1)), set()).add(match.group(2))
+    done = done_key(prefix) in found
+    frozen = {number: frozenset(who) for number, who in arrived.items()}
+    return View(revision, tuple(sorted(members)), generation, generation_revision, frozen, done, step)

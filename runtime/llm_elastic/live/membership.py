@@ -18,14 +18,15 @@ from collections.abc import Callable
 from llm_elastic.errors import Evicted, RunFinished
 from llm_elastic.live import layout
 from llm_elastic.live.changes import Changes
-from llm_elastic.live.keys import evict, evict_host, live_members, read_generation
-from llm_elastic.live.layout import Action, Generation
+from llm_elastic.live.keys import evict, evict_host, live_members, read_generation, read_view
+from llm_elastic.live.layout import Action, Generation, View
 from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
 from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.02
+ARRIVAL_WAIT_SECONDS = 0.25
+"""The longest wait for the others' arrivals before reading again (a watch event ends it at once)."""
 FORCE_READ = -1
 """A mark no count equals: the next :meth:`Membership.changed_since` reads the members."""
 OUTAGE_RETRY_SECONDS = 1.0
@@ -132,16 +133,16 @@ class Membership:
         log.warning("etcd lost this member's keys; registered again as %s", self.member)
 
     def differs(self, generation: Generation) -> bool:
-        """Whether the live members or the stored generation no longer match ``generation`` (one read
-        each; take a mark of :attr:`changes` before calling it)."""
-        live = live_members(self.client, self.prefix)
-        if self.member not in live:
+        """Whether the live members or the stored generation no longer match ``generation`` (one read of
+        the job's view; take a mark of :attr:`changes` before calling it)."""
+        view = read_view(self.client, self.prefix)
+        if self.member not in view.members:
             self._missing_self()
             return False  # the store had lost our keys: registered again, nothing else is known yet
-        live = layout.complete_hosts(live, self.shard_size)
+        live = layout.complete_hosts(list(view.members), self.shard_size)
         if time.monotonic() < self.reset_at + self.grace and set(live) < set(generation.members):
             return False  # after a store reset the others may not have registered again yet
-        stored, _ = read_generation(self.client, self.prefix)
+        stored = view.generation
         wanted = layout.select(generation, live, self.target, self.shard_size)
         return wanted != generation.members or (stored is not None and stored != generation)
 
@@ -227,17 +228,17 @@ class Membership:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no generation after {left} formed within {timeout:g}s")
             mark = self.changes.mark()  # before every read: an event after it ends the wait below
-            if self.client.get(layout.done_key(self.prefix)) is not None:
+            view = read_view(self.client, self.prefix)  # the one read this round decides from
+            if view.done:
                 raise RunFinished("the run finished")
-            live = live_members(self.client, self.prefix)
-            if self.member not in live:
+            if self.member not in view.members:
                 self._missing_self()
                 continue
-            live = layout.complete_hosts(live, self.shard_size)
+            live = layout.complete_hosts(list(view.members), self.shard_size)
             if self.member not in live:  # HSDP: this host misses a process; wait for it
                 self.changes.wait(mark, 0.25)
                 continue
-            stored, revision = read_generation(self.client, self.prefix)
+            stored = view.generation
             action = layout.decide(stored, live, self.member, left, min_members, self.target)
             self.standby = (
                 action is Action.WAIT and stored is not None and 0 < self.target <= stored.world_size
@@ -246,17 +247,23 @@ class Membership:
             if action is Action.WAIT:
                 self.changes.wait(mark, 0.25)
                 continue
+            arrived = False
             if action is Action.PROPOSE:
                 proposal = layout.propose(stored, live, self.target, self.shard_size)
-                ok, _ = self.client.swap(layout.generation_key(self.prefix), proposal.encode(), revision)
+                member_of = self.member in proposal.members
+                # The proposal and, when it names us, our arrival in it: one transaction.
+                also = [self._arrival(proposal)] if member_of else []
+                ok, _ = self.client.swap(
+                    layout.generation_key(self.prefix), proposal.encode(), view.generation_revision, also=also
+                )
                 if not ok:
                     continue  # another member won; read its proposal
                 log.info("proposed generation %d: %s", proposal.number, ",".join(proposal.members))
-                if self.member not in proposal.members:
+                if not member_of:
                     continue  # a full generation without us: we wait as a spare
-                stored = proposal
+                stored, arrived = proposal, True
             assert stored is not None
-            if self._arrive(stored, deadline):
+            if self._arrive(stored, deadline, view if not arrived else None):
                 self.checked = FORCE_READ  # the others' reads may have seen members ours did not
                 self._outside(False)
                 return stored
@@ -269,27 +276,36 @@ class Membership:
         elif self.outside_since is None:
             self.outside_since = time.monotonic()
 
-    def _arrive(self, generation: Generation, deadline: float) -> bool:
-        """Announce arrival and wait for every member; False when the generation must be superseded."""
-        self.client.put(
-            layout.arrived_key(self.prefix, generation.number, self.member), b"1", lease=self.lease.lease_id
-        )
+    def _arrival(self, generation: Generation) -> tuple[str, bytes, int | None]:
+        """Our arrival key in ``generation`` (on our lease), as a write for a transaction."""
+        return layout.arrived_key(self.prefix, generation.number, self.member), b"1", self.lease.lease_id
+
+    def _arrive(self, generation: Generation, deadline: float, view: View | None) -> bool:
+        """Announce arrival (unless ``view`` shows it, or the proposal carried it: ``view`` None) and wait for
+        every member; False when the generation must be superseded. Each round decides from one read."""
+        if view is not None and self.member not in view.arrived_in(generation.number):
+            self.client.put(*self._arrival(generation)[:2], lease=self.lease.lease_id)
         if self.arriving is not None:
             self.arriving(generation)
-        folder = f"{layout.generation_prefix(self.prefix, generation.number)}arrived/"
-        while time.monotonic() < deadline:
-            mark = self.changes.mark()
-            arrived = {key[len(folder) :] for key in self.client.keys_with_prefix(folder)}
-            if arrived.issuperset(generation.members):
-                return True
-            live = set(live_members(self.client, self.prefix))
-            if not live.issuperset(generation.members):
-                return False
-            stored, _ = read_generation(self.client, self.prefix)
-            if stored is not None and stored.number > generation.number:
-                return False
-            self.changes.wait(mark, POLL_SECONDS)
-        return False
+        watch: int | None = None
+        try:
+            while time.monotonic() < deadline:
+                mark = self.changes.mark()
+                view = read_view(self.client, self.prefix)
+                if view.arrived_in(generation.number).issuperset(generation.members):
+                    return True
+                if not set(view.members).issuperset(generation.members):
+                    return False
+                if view.generation is not None and view.generation.number > generation.number:
+                    return False
+                if watch is None:  # arrivals wake us from this view on (members and the record already do)
+                    folder = f"{layout.generation_prefix(self.prefix, generation.number)}arrived/"
+                    watch = self.client.watch(folder, view.revision + 1, lambda _: self.changes.bump())
+                self.changes.wait(mark, ARRIVAL_WAIT_SECONDS)
+            return False
+        finally:
+            if watch is not None:
+                self.client.cancel_watch(watch)
 
     def leave(self) -> None:
         """Stop watching, delete this member's key (revoking the lease) and close."""

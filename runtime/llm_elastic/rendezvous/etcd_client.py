@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import types
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -116,6 +117,9 @@ class EtcdClient:
         grpc = importlib.import_module("grpc")
         self._errors: tuple[type[BaseException], ...] = (self._lib.Etcd3Exception, grpc.RpcError)
         self.closed = False
+        self.requests: Counter[str] = Counter()
+        """Round trips sent, by call (``get``, ``list``, ``read``, ``compare-and-set``...): the membership's
+        cost per recovery is counted from it (tests/trainer/test_live_membership.py)."""
         self._client: Any = self._make_client()
 
     def _make_client(self) -> Any:
@@ -132,6 +136,7 @@ class EtcdClient:
         return ",".join(str(ep) for ep in self.endpoints)
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
+        self.requests[what.split(" ", 1)[0]] += 1
         try:
             return fn(self._client)
         except self._errors as exc:
@@ -171,6 +176,15 @@ class EtcdClient:
         )
         return int(response.count)
 
+    def read_prefix(self, prefix: str) -> tuple[dict[str, KeyValue], int]:
+        """Every key under ``prefix`` with its value, and the store revision they were read at: one round
+        trip, one consistent view (a watch from revision + 1 misses nothing that came after it)."""
+        response = self._call(f"read {prefix}*", lambda c: c.get_prefix_response(prefix))
+        found = {
+            bytes(kv.key).decode(): KeyValue(bytes(kv.value), int(kv.mod_revision)) for kv in response.kvs
+        }
+        return found, int(response.header.revision)
+
     def keys_with_prefix(self, prefix: str) -> list[str]:
         """The keys that start with ``prefix``, sorted."""
         response = self._call(f"list {prefix}*", lambda c: c.get_prefix_response(prefix, keys_only=True))
@@ -194,9 +208,15 @@ class EtcdClient:
         self._call(f"put {len(items)} keys", run)
 
     def swap(
-        self, key: str, value: bytes, expected: int | None, lease: int | None = None
+        self,
+        key: str,
+        value: bytes,
+        expected: int | None,
+        lease: int | None = None,
+        also: Sequence[tuple[str, bytes, int | None]] = (),
     ) -> tuple[bool, KeyValue | None]:
         """Compare-and-set on the mod revision; ``expected=None`` means "only if the key does not exist".
+        ``also``: more keys (key, value, lease) written in the same transaction when it succeeds.
 
         Returns whether the write happened and the value now stored (ours on success, the winner's or None
         on failure), read in the same transaction.
@@ -205,8 +225,9 @@ class EtcdClient:
         def run(c: Any) -> tuple[bool, Any]:
             t = c.transactions
             guard = t.create(key) == 0 if expected is None else t.mod(key) == expected
+            writes = [t.put(key, value, lease=lease), *(t.put(k, v, lease=le) for k, v, le in also)]
             ok, responses = c.transaction(
-                compare=[guard], success=[t.put(key, value, lease=lease), t.get(key)], failure=[t.get(key)]
+                compare=[guard], success=[*writes, t.get(key)], failure=[t.get(key)]
             )
             return bool(ok), responses[-1]
 
