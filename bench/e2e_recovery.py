@@ -18,6 +18,7 @@ promoted at the next step boundary). A third fake node holds the spare; the othe
 A fourth figure per variant: node lost -> first step at full size again.
 
     python bench/e2e_recovery.py --rounds 10 [--recovery restart,inProcess,plain,spare] [--keep]
+    python bench/e2e_recovery.py --rounds 10 --recovery inProcess,spare --baseline 5db3d00   # side by side
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 import yaml
 from llm_elastic import audit
 from llm_operator import labels
-from llm_testbed import training
+from llm_testbed import benchcmp, training
 from llm_testbed.demo_common import start_operator, stop_operator
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
@@ -223,7 +224,21 @@ def main() -> int:
         help="comma-separated variants, run one after the other on the same cluster (default: all four)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="run commit REF's bench first, then the working tree's, and compare them (20 %% guard)",
+    )
     args = parser.parse_args()
+    if args.baseline:
+        own = [
+            a
+            for a in sys.argv[1:]
+            if a != "--baseline" and a != args.baseline and a != f"--baseline={args.baseline}"
+        ]
+        return benchcmp.side_by_side(
+            Path(__file__).resolve().parents[1], args.baseline, "bench/e2e_recovery.py", own
+        )
     modes = [m for m in args.recovery.split(",") if m]
     variants = ("restart", "inProcess", "plain", "spare")
     if not modes or any(m not in variants for m in modes):
