@@ -16,8 +16,10 @@ from llm_operator.control.kueue_sync import KueueSync
 from llm_operator.control.live_evict import LiveEvictor
 from llm_operator.control.node_marking import NodeMarker
 from llm_operator.control.tenant_gate import TenantGate
-from llm_operator.policy.tenancy import PRIVILEGED_LABEL, Violation
+from llm_operator.policy.brake import BrakeLimits
+from llm_operator.policy.tenancy import PRIVILEGED_LABEL, TenantPolicy, Violation
 from llm_operator.reconcile import Plan
+from llm_operator.settings import Settings
 from support.tenant_cases import CASES, POLICY, Case
 
 from .fake_kube import FakeKube
@@ -93,3 +95,19 @@ def test_a_refused_job_gets_no_worker_and_the_condition_says_the_operator_refuse
     assert cond["type"] == "WorkersRefused" and cond["status"] == "True" and status["replicas"] == 0
     assert cond["message"].startswith("the operator refused worker(s) llama-worker-0, llama-worker-1: tenant")
     assert "spec.podTemplate.spec.volumes[host].hostPath" in cond["message"]
+
+
+def test_settings_read_the_policy_and_the_brake_from_the_chart_env() -> None:
+    env = {
+        "LLMJOB_TENANT_POLICY": '{"registries":["public.ecr.aws/"],"serviceAccounts":["trainer"]}',
+        "LLMJOB_NODE_HEALTH_BRAKE": '{"maxMarkedShare":0.5,"maxReplacementsPerMinute":3}',
+    }
+    settings = Settings.from_env(env)
+    assert settings.tenant_policy == TenantPolicy(("trainer",), ("public.ecr.aws/",))
+    assert settings.health_brake == BrakeLimits(0.5, 3)
+    assert Settings.from_env({}).tenant_policy is None and Settings.from_env({}).health_brake == BrakeLimits()
+    for bad in ('{"maxMarkedShare": 2}', '{"maxReplacementsPerMinute": -1}', "[]"):
+        with pytest.raises(ValueError, match="LLMJOB_NODE_HEALTH_BRAKE"):
+            Settings.from_env({"LLMJOB_NODE_HEALTH_BRAKE": bad})
+    with pytest.raises(ValueError, match="serviceAccounts"):
+        Settings.from_env({"LLMJOB_TENANT_POLICY": '{"serviceAccounts": "trainer"}'})
