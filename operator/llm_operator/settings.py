@@ -143,16 +143,8 @@ def _whole_seconds(env: dict[str, str], name: str, default: int) -> int:
 
 def _string_map(env: dict[str, str], name: str) -> dict[str, str] | None:
     """A JSON object of strings from the environment variable ``name``; None when unset or blank."""
-    text = env.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name} is not valid JSON: {exc}") from exc
-    if not isinstance(parsed, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
-    ):
+    parsed = _json_object(env, name, "a JSON object of strings")
+    if parsed is not None and not all(isinstance(v, str) for v in parsed.values()):
         raise ValueError(f"{name} must be a JSON object of strings")
     return parsed
 
@@ -175,7 +167,7 @@ def kueue_enabled(environ: dict[str, str] | None = None) -> bool:
     return env.get("LLMJOB_KUEUE", "true").strip().lower() not in ("false", "0", "no", "off")
 
 
-def _json_object(env: dict[str, str], name: str) -> dict[str, Any] | None:
+def _json_object(env: dict[str, str], name: str, what: str = "a JSON object") -> dict[str, Any] | None:
     """A JSON object from the environment variable ``name``; None when unset or blank."""
     text = env.get(name, "").strip()
     if not text:
@@ -185,7 +177,7 @@ def _json_object(env: dict[str, str], name: str) -> dict[str, Any] | None:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{name} is not valid JSON: {exc}") from exc
     if not isinstance(parsed, dict):
-        raise ValueError(f"{name} must be a JSON object")
+        raise ValueError(f"{name} must be {what}")
     return parsed
 
 
