@@ -1,0 +1,250 @@
+"""What every kubelet node of one cluster shares: the local registry with the tier's images, cluster DNS
+(CoreDNS) and kube-proxy. Each is a process of its own session with a pid file under the tier's folder.
+
+- The registry (CNCF Distribution, plain HTTP on 127.0.0.1) holds the pause image, a busybox image, the
+  rendezvous etcd image and whatever a test pushes (the trainer image); containerd pulls from it.
+- CoreDNS answers for ``cluster.local`` from the API (Services, headless Services' pod names) on
+  ``layout.DNS_ADDRESS``, an address on a bridge of its own that every pod reaches through its gateway.
+- kube-proxy (iptables mode) makes ClusterIPs work in pods. One for the machine: every node shares the
+  host's network namespace, so one set of rules serves them all (several would fight over the same chains).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llm_testbed.kubeletnodes import layout, network, pki
+from llm_testbed.local_etcd import free_port
+from llm_testbed.localcluster.errors import LocalClusterError
+from llm_testbed.localcluster.waiting import poll
+
+COREDNS_ROLE = "system:coredns"
+COREDNS_RBAC: list[dict[str, Any]] = [
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": COREDNS_ROLE},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["endpoints", "services", "pods", "namespaces"],
+                "verbs": ["list", "watch"],
+            },
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": COREDNS_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": COREDNS_ROLE},
+        "subjects": [{"kind": "User", "name": COREDNS_ROLE, "apiGroup": "rbac.authorization.k8s.io"}],
+    },
+]
+KUBE_PROXY_USER = "system:kube-proxy"  # bound to system:node-proxier by the API server's default RBAC
+
+
+class SharedProcessError(LocalClusterError):
+    """A shared process of the kubelet tier did not start; the message carries its log's tail."""
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    root: Path  # layout.tier_dir(cluster)
+
+    def pid_file(self, process: str) -> Path:
+        return self.root / "pids" / f"{process}.pid"
+
+    def log_file(self, process: str) -> Path:
+        return self.root / "logs" / f"{process}.log"
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.root / "registry"
+
+    @property
+    def registry_address_file(self) -> Path:
+        return self.root / "registry.address"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def corefile(self) -> Path:
+        return self.root / "Corefile"
+
+
+def running(shared: SharedLayout, process: str) -> int | None:
+    try:
+        pid = int(shared.pid_file(process).read_text().strip())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if str(shared.root).encode() in argv else None
+
+
+def _launch(shared: SharedLayout, process: str, argv: list[str]) -> int:
+    for folder in (shared.root / "pids", shared.root / "logs"):
+        folder.mkdir(parents=True, exist_ok=True)
+    with shared.log_file(process).open("ab") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=shared.root,
+        )  # fmt: skip
+    shared.pid_file(process).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _wait_started(shared: SharedLayout, process: str, ready: Any, timeout: float) -> None:
+    def up() -> bool:
+        if running(shared, process) is None:
+            raise SharedProcessError(f"{process} exited at start:\n{_tail(shared.log_file(process))}")
+        return bool(ready())
+
+    poll(up, timeout=timeout, what=f"{process} of the kubelet tier to answer", interval=0.2)
+
+
+def stop(shared: SharedLayout, process: str, timeout: float = 5.0) -> bool:
+    pid = running(shared, process)
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while (
+        running(shared, process) is not None and Path(f"/proc/{pid}").exists() and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    shared.pid_file(process).unlink(missing_ok=True)
+    return True
+
+
+# ------------------------------------------------------------------------------------------ registry
+def start_registry(shared: SharedLayout, binary: Path) -> str:
+    """The tier's registry (kept running across ``cluster up`` calls); returns ``host:port``."""
+    from llm_testbed.registry import LocalRegistry
+
+    if running(shared, "registry") is not None and shared.registry_address_file.is_file():
+        return shared.registry_address_file.read_text().strip()
+    registry = LocalRegistry(binary, shared.registry_dir).start()
+    assert registry.proc is not None
+    (shared.root / "pids").mkdir(parents=True, exist_ok=True)
+    shared.pid_file("registry").write_text(f"{registry.proc.pid}\n")
+    shared.registry_address_file.write_text(registry.address + "\n")
+    return registry.address
+
+
+# ------------------------------------------------------------------------------------------ CoreDNS
+def corefile(kubeconfig: Path, ready_port: int) -> str:
+    """CoreDNS's configuration (pure): cluster.local from the API on the tier's DNS address."""
+    return "\n".join(
+        [
+            ".:53 {",
+            f"    bind {layout.DNS_ADDRESS}",
+            f"    ready 127.0.0.1:{ready_port}",
+            "    errors",
+            f"    kubernetes {layout.CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{",
+            f"        kubeconfig {kubeconfig} local",
+            "        pods insecure",
+            "        fallthrough in-addr.arpa ip6.arpa",
+            "        ttl 5",
+            "    }",
+            "    cache 5",
+            "    forward . /etc/resolv.conf",
+            "}",
+            "",
+        ]
+    )
+
+
+def _http_ok(port: int, path: str) -> bool:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def start_coredns(shared: SharedLayout, binary: Path, kubeconfig_text: str, timeout: float = 30.0) -> int:
+    pid = running(shared, "coredns")
+    if pid is not None:
+        return pid
+    network.ensure_bridge(layout.DNS_INTERFACE, layout.DNS_ADDRESS, 32)
+    kubeconfig = shared.root / "coredns.kubeconfig"
+    kubeconfig.write_text(kubeconfig_text)
+    port = free_port()
+    shared.corefile.write_text(corefile(kubeconfig, port))
+    pid = _launch(shared, "coredns", [str(binary), "-conf", str(shared.corefile)])
+    _wait_started(shared, "coredns", lambda: _http_ok(port, "/ready"), timeout)
+    return pid
+
+
+# ------------------------------------------------------------------------------------------ kube-proxy
+def kube_proxy_argv(
+    binary: Path, kubeconfig: Path, cluster_cidr: str, healthz_port: int, metrics_port: int
+) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        "--proxy-mode=iptables",
+        f"--cluster-cidr={cluster_cidr}",
+        "--hostname-override=llmjob-kube-proxy",
+        f"--healthz-bind-address=127.0.0.1:{healthz_port}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        "--conntrack-max-per-core=0",
+        "--v=1",
+    ]
+
+
+def start_kube_proxy(
+    shared: SharedLayout, binary: Path, kubeconfig_text: str, cluster_cidr: str, timeout: float = 30.0
+) -> int:
+    pid = running(shared, "kube-proxy")
+    if pid is not None:
+        return pid
+    kubeconfig = shared.root / "kube-proxy.kubeconfig"
+    kubeconfig.write_text(kubeconfig_text)
+    healthz, metrics = free_port(), free_port()
+    pid = _launch(shared, "kube-proxy", kube_proxy_argv(binary, kubeconfig, cluster_cidr, healthz, metrics))
+    _wait_started(shared, "kube-proxy", lambda: _http_ok(metrics, "/metrics"), timeout)
+    return pid
+
+
+def client_kubeconfig(cluster_dir: Path, out_dir: Path, name: str, user: str, group: str = "") -> str:
+    """A kubeconfig for ``user`` (a certificate the cluster's CA signs) against the cluster's API server."""
+    from llm_testbed.kubeletnodes.configs import kubeconfig
+
+    ca = pki.cluster_ca(cluster_dir)
+    cert = pki.issue(ca, out_dir, name, user, group)
+    return kubeconfig(api_server(cluster_dir), str(ca.cert), str(cert.cert), str(cert.key), user)
+
+
+def api_server(cluster_dir: Path) -> str:
+    """The API server's URL, from kwokctl's kubeconfig of the cluster."""
+    config = yaml.safe_load((cluster_dir / "kubeconfig.yaml").read_text())
+    server: str = config["clusters"][0]["cluster"]["server"]
+    return server
