@@ -17,10 +17,17 @@ from llm_testbed.localcluster import tools
 from llm_testbed.localcluster.cluster import CLUSTER_TOOLS
 
 
+NODE_TIER_GROUPS = frozenset({"containerd", "kubenode", "coredns"})
+"""The kubelet tier's tool groups: only its own tests wait for them."""
+
+
 def tools_for(nodeid: str, markers: set[str]) -> tuple[str, ...]:
     """The tools a test needs before it starts (pure: from its path and markers)."""
     if "cluster" in markers:
-        return tools.ALL_TOOLS if nodeid.startswith("tests/integration/") else (*CLUSTER_TOOLS, "helm")
+        if not nodeid.startswith("tests/integration/"):
+            return (*CLUSTER_TOOLS, "helm")
+        kubelet = "kubelet" in nodeid
+        return tuple(t for g in tools.GROUPS if kubelet or g.name not in NODE_TIER_GROUPS for t in g.commands)
     if "trainer" in markers:
         return ("etcd",)
     return ()

@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +32,8 @@ HELM_VERSION = "v4.3.1"
 KUEUE_VERSION = "v0.17.1"
 KARPENTER_VERSION = "v1.15.0"
 DISTRIBUTION_VERSION = "v3.1.2"
+CONTAINERD_VERSION = "v2.4.2"
+COREDNS_VERSION = "v1.15.0"
 # Karpenter's go.mod asks for Go >= 1.26.9; the go command fetches this exact toolchain through the Go
 # module proxy (about 76 MB, once per machine) when GOTOOLCHAIN names it (docs/decisions.md, "Karpenter").
 KARPENTER_TOOLCHAIN = "go1.27.3"
@@ -70,13 +71,17 @@ class ToolGroup:
     ldflags: list[str] = field(default_factory=list)
     toolchain: str = ""  # GOTOOLCHAIN for this group ("" = the machine's Go)
     files: tuple[ModuleFiles, ...] = ()
+    tags: tuple[str, ...] = ()  # go build -tags
 
     @property
     def module_dir(self) -> Path:
         return repo_root() / "deploy" / "local" / "tools" / self.name
 
 
+# In the order a cold machine needs them: etcd for the trainer tier, the control plane for the cluster tiers,
+# helm for the chart tier, then the registry, Kueue and Karpenter that a few tests need (``build_order``).
 GROUPS: tuple[ToolGroup, ...] = (
+    ToolGroup("etcd", ETCD_VERSION, {"etcd": "./cmd/etcd"}),
     ToolGroup(
         "kubernetes",
         KUBE_VERSION,
@@ -88,7 +93,6 @@ GROUPS: tuple[ToolGroup, ...] = (
         },
         _kube_ldflags(),
     ),
-    ToolGroup("etcd", ETCD_VERSION, {"etcd": "./cmd/etcd"}),
     ToolGroup(
         "kwok",
         KWOK_VERSION,
@@ -103,6 +107,12 @@ GROUPS: tuple[ToolGroup, ...] = (
         HELM_VERSION,
         {"helm": "helm.sh/helm/v4/cmd/helm"},
         [f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"],
+    ),
+    ToolGroup(
+        "distribution",
+        DISTRIBUTION_VERSION,
+        {"registry": "github.com/distribution/distribution/v3/cmd/registry"},
+        [f"-X github.com/distribution/distribution/v3/version.version={DISTRIBUTION_VERSION}"],
     ),
     ToolGroup(
         "kueue",
@@ -124,12 +134,27 @@ GROUPS: tuple[ToolGroup, ...] = (
             ),
         ),
     ),
+    # The kubelet node tier (llm_testbed.kubeletnodes): built only for `cluster up --kubelet` and its tests.
     ToolGroup(
-        "distribution",
-        DISTRIBUTION_VERSION,
-        {"registry": "github.com/distribution/distribution/v3/cmd/registry"},
-        [f"-X github.com/distribution/distribution/v3/version.version={DISTRIBUTION_VERSION}"],
+        "containerd",
+        CONTAINERD_VERSION,
+        {
+            "containerd": "github.com/containerd/containerd/v2/cmd/containerd",
+            "containerd-shim-runc-v2": "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+            "ctr": "github.com/containerd/containerd/v2/cmd/ctr",
+            "pause": "./cmd/pause",
+        },
+        [f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}"],
+        # No cgo (CGO_ENABLED=0 as every group): the btrfs snapshotter needs it; devmapper and zfs are unused.
+        tags=("no_btrfs", "no_devmapper", "no_zfs"),
     ),
+    ToolGroup(
+        "kubenode",
+        KUBE_VERSION,
+        {"kubelet": "k8s.io/kubernetes/cmd/kubelet", "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy"},
+        _kube_ldflags(),
+    ),
+    ToolGroup("coredns", COREDNS_VERSION, {"coredns": "./cmd/coredns"}),
 )
 
 ALL_TOOLS: tuple[str, ...] = tuple(name for g in GROUPS for name in g.commands)
@@ -172,7 +197,8 @@ def go_env(group: ToolGroup) -> dict[str, str]:
 
 
 def _build_flags(group: ToolGroup) -> list[str]:
-    return ["-trimpath", "-ldflags", " ".join(["-s", "-w", *group.ldflags])]
+    tags = ["-tags", ",".join(group.tags)] if group.tags else []
+    return ["-trimpath", *tags, "-ldflags", " ".join(["-s", "-w", *group.ldflags])]
 
 
 def group_dir(group: ToolGroup) -> Path:
@@ -308,8 +334,24 @@ def files_dir(tool: str, into: str) -> Path:
     return folder
 
 
+def build_order(groups: Iterable[ToolGroup]) -> list[ToolGroup]:
+    """``groups`` in the order a cold machine needs them: ``GROUPS`` order (first tiers first)."""
+    names = {g.name for g in groups}
+    return [g for g in GROUPS if g.name in names]
+
+
+def _lock_path(group: ToolGroup) -> Path:
+    return cache_root() / "tools" / ".locks" / f"{group.name}.lock"
+
+
 def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
-    """Return the path of each tool, building the missing ones (concurrently, under a lock)."""
+    """Return the path of each tool, building the missing groups one after another, each under its lock.
+
+    One group at a time: two cores build one group in about the time they build two side by side, the
+    groups share the Go build cache (a dependency compiled for one is reused by the next), and the tools
+    the first test tiers need are ready first. The lock is per group, so a caller that needs etcd waits
+    for etcd alone, never for Karpenter (docs/decisions.md, "Cold set-up on two cores").
+    """
     wanted = list(tools)
     found: dict[str, Path] = {}
     missing_groups: dict[str, ToolGroup] = {}
@@ -325,27 +367,13 @@ def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
         else:
             missing_groups[group.name] = group
     if missing_groups:
-        root = cache_root() / "tools"
-        lock = root / ".build.lock"
-        with locked(lock, lambda: _say(f"another process is building the tools ({lock}); waiting for it")):
-            log_dir = root / "logs"
-            log_dir.mkdir(parents=True, exist_ok=True)
-            errors: list[BaseException] = []
-
-            def run(group: ToolGroup) -> None:
-                try:
-                    _build_group(group, log_dir)
-                except BaseException as exc:  # reported below, after every build ended
-                    errors.append(exc)
-
-            _say("first run on this machine: building the local control plane tools (several minutes)")
-            threads = [threading.Thread(target=run, args=(g,)) for g in missing_groups.values()]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            if errors:
-                raise ToolError("\n".join(str(e) for e in errors))
+        log_dir = cache_root() / "tools" / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        _say(f"building the local control plane tools this machine lacks: {', '.join(missing_groups)}")
+        for group in build_order(missing_groups.values()):
+            lock = _lock_path(group)
+            with locked(lock, lambda g=group: _say(f"another process is building {g.name}; waiting for it")):
+                _build_group(group, log_dir)
         for tool in wanted:
             found.setdefault(tool, group_dir(_group_of(tool)) / tool)
     return found
