@@ -47,4 +47,5 @@ class TierTimes:
         terminalreporter.write_sep("=", "wall time per test tier")
         for name, tier in self.tiers.items():
             minutes, seconds = divmod(round(tier.last - tier.first), 60)
-            terminalreporter.write_line(f"tier {name:<12} {minutes:3d} min {seconds:02d} s  {tier.tests:5d} tests")
+            line = f"tier {name:<12} {minutes:3d} min {seconds:02d} s  {tier.tests:5d} tests"
+            terminalreporter.write_line(line)

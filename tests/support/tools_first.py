@@ -16,7 +16,6 @@ import pytest
 from llm_testbed.localcluster import tools
 from llm_testbed.localcluster.cluster import CLUSTER_TOOLS
 
-
 NODE_TIER_GROUPS = frozenset({"containerd", "kubenode", "coredns"})
 """The kubelet tier's tool groups: only its own tests wait for them."""
 
@@ -41,7 +40,8 @@ class ToolsFirst:
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, None, None]:
-        wanted = [t for t in tools_for(item.nodeid, {m.name for m in item.iter_markers()}) if t not in self.ready]
+        markers = {m.name for m in item.iter_markers()}
+        wanted = [t for t in tools_for(item.nodeid, markers) if t not in self.ready]
         if wanted:
             reporter = item.config.pluginmanager.get_plugin("terminalreporter")
             started = time.monotonic()
@@ -52,5 +52,6 @@ class ToolsFirst:
                 pass  # the test's fixture calls ensure again and fails with the reason
             waited = time.monotonic() - started
             if reporter is not None and waited >= 1:
-                reporter.write_line(f"\n[tools] waited {waited:.0f}s for {', '.join(wanted)} before {item.nodeid}")
+                names = ", ".join(wanted)
+                reporter.write_line(f"\n[tools] waited {waited:.0f}s for {names} before {item.nodeid}")
         yield
