@@ -99,7 +99,7 @@ def runner_paths(env: dict[str, str]) -> list[str]:
     checkout the test bed runs from, and every ``PYTHONPATH`` entry the plan gives the container."""
     checkout = str(Path(__file__).resolve().parents[3])
     entries = [sys.prefix, sys.base_prefix, checkout, *env.get("PYTHONPATH", "").split(":")]
-    return sorted({os.path.realpath(e) for e in entries if e and os.path.isdir(e)})
+    return sorted({os.path.realpath(e) for e in entries if e and Path(e).is_dir()})
 
 
 def hidden_by(targets: list[str], paths: list[str]) -> list[str]:
