@@ -1,10 +1,12 @@
-"""The test bed's `llmjob` subcommands: cluster, tools, chaos (``localcluster.cli``), images and demo."""
+"""The test bed's `llmjob` subcommands: cluster, tools, chaos (``localcluster.cli``), images, doc-tables and
+demo."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from llm_testbed import doctables
 from llm_testbed.images import cli as images_cli
 from llm_testbed.localcluster import cli as cluster_cli
 
@@ -24,6 +26,7 @@ def register(subparsers: Any) -> None:
     """Add the test bed's commands to ``llmjob``'s subparsers (each sets ``func``)."""
     cluster_cli.register(subparsers)
     images_cli.register(subparsers)
+    doctables.register(subparsers)
     p = subparsers.add_parser(
         "demo", help="local cluster + operator + a job that trains through a node loss; prints a timeline"
     )
