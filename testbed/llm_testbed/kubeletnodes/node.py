@@ -67,14 +67,23 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def running_pid(node: NodeLayout, process: str) -> int | None:
-    """The pid of ``process`` of ``node`` if it runs (its command line names the node's folder)."""
+    """The pid of ``process`` of ``node`` if it runs: its command line names the node's folder, or it is
+    our child that has not yet exec'd its program (a reused pid is neither)."""
     try:
         pid = int(pid_file(node, process).read_text().strip())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
-    return pid if _alive(pid) and str(node.root).encode() in argv else None
+    ours = str(node.root).encode() in argv or _parent(pid) == os.getpid()
+    return pid if _alive(pid) and ours else None
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -84,7 +93,9 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def launch(node: NodeLayout, process: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
+def launch(
+    node: NodeLayout, process: str, argv: Sequence[str], env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session, output appended to the node's log of ``process``."""
     node.logs_dir.mkdir(parents=True, exist_ok=True)
     node.pids_dir.mkdir(parents=True, exist_ok=True)
@@ -94,7 +105,7 @@ def launch(node: NodeLayout, process: str, argv: Sequence[str], env: Mapping[str
             start_new_session=True, env={**os.environ, **env}, cwd=node.root,
         )  # fmt: skip
     pid_file(node, process).write_text(f"{proc.pid}\n")
-    return proc.pid
+    return proc
 
 
 def cgroup_dirs(node: NodeLayout) -> list[Path]:
@@ -153,20 +164,20 @@ def start_containerd(node: NodeLayout, binaries: NodeBinaries) -> int:
         return pid
     with contextlib.suppress(FileNotFoundError):
         node.containerd_socket.unlink()
-    pid = launch(
+    proc = launch(
         node, "containerd", [str(binaries.containerd), "--config", str(node.containerd_config)],
         _path_env(binaries),
     )  # fmt: skip
 
     def serving() -> bool:
-        if running_pid(node, "containerd") is None:
+        if proc.poll() is not None:
             raise NodeError(
                 f"containerd of node {node.name} exited at start:\n{log_tail(log_file(node, 'containerd'))}"
             )
         return node.containerd_socket.is_socket()
 
     poll(serving, timeout=CONTAINERD_START_TIMEOUT_S, what=f"containerd of node {node.name} to serve")
-    return pid
+    return proc.pid
 
 
 def start_kubelet(node: NodeLayout, binaries: NodeBinaries, labels: dict[str, str]) -> int:
@@ -175,9 +186,10 @@ def start_kubelet(node: NodeLayout, binaries: NodeBinaries, labels: dict[str, st
         return pid
     network.ensure_bridge(node.bridge, node.ip, network.prefix_of(node.pod_cidr))
     make_cgroups(node)
-    return launch(
+    proc = launch(
         node, "kubelet", configs.kubelet_argv(str(binaries.kubelet), node, labels), _path_env(binaries)
     )
+    return proc.pid
 
 
 def kubelet_exited(node: NodeLayout) -> str | None:

@@ -93,7 +93,7 @@ def running(shared: SharedLayout, process: str) -> int | None:
     return pid if str(shared.root).encode() in argv else None
 
 
-def _launch(shared: SharedLayout, process: str, argv: list[str]) -> int:
+def _launch(shared: SharedLayout, process: str, argv: list[str]) -> subprocess.Popen[bytes]:
     for folder in (shared.root / "pids", shared.root / "logs"):
         folder.mkdir(parents=True, exist_ok=True)
     with shared.log_file(process).open("ab") as log:
@@ -102,7 +102,7 @@ def _launch(shared: SharedLayout, process: str, argv: list[str]) -> int:
             cwd=shared.root,
         )  # fmt: skip
     shared.pid_file(process).write_text(f"{proc.pid}\n")
-    return proc.pid
+    return proc
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -112,13 +112,16 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _wait_started(shared: SharedLayout, process: str, ready: Any, timeout: float) -> None:
+def _wait_started(
+    shared: SharedLayout, process: str, proc: subprocess.Popen[bytes], ready: Any, timeout: float
+) -> int:
     def up() -> bool:
-        if running(shared, process) is None:
+        if proc.poll() is not None:
             raise SharedProcessError(f"{process} exited at start:\n{_tail(shared.log_file(process))}")
         return bool(ready())
 
     poll(up, timeout=timeout, what=f"{process} of the kubelet tier to answer", interval=0.2)
+    return proc.pid
 
 
 def stop(shared: SharedLayout, process: str, timeout: float = 5.0) -> bool:
@@ -198,21 +201,21 @@ def start_coredns(shared: SharedLayout, binary: Path, kubeconfig_text: str, time
     kubeconfig.write_text(kubeconfig_text)
     port = free_port()
     shared.corefile.write_text(corefile(kubeconfig, port))
-    pid = _launch(shared, "coredns", [str(binary), "-conf", str(shared.corefile)])
-    _wait_started(shared, "coredns", lambda: _http_ok(port, "/ready"), timeout)
-    return pid
+    proc = _launch(shared, "coredns", [str(binary), "-conf", str(shared.corefile)])
+    return _wait_started(shared, "coredns", proc, lambda: _http_ok(port, "/ready"), timeout)
 
 
 # ------------------------------------------------------------------------------------------ kube-proxy
 def kube_proxy_argv(
-    binary: Path, kubeconfig: Path, cluster_cidr: str, healthz_port: int, metrics_port: int
+    binary: Path, kubeconfig: Path, cluster_cidr: str, node_name: str, healthz_port: int, metrics_port: int
 ) -> list[str]:
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         "--proxy-mode=iptables",
         f"--cluster-cidr={cluster_cidr}",
-        "--hostname-override=llmjob-kube-proxy",
+        # kube-proxy waits (30 s) for a Node of its name before it starts: it takes a kubelet node's name.
+        f"--hostname-override={node_name}",
         f"--healthz-bind-address=127.0.0.1:{healthz_port}",
         f"--metrics-bind-address=127.0.0.1:{metrics_port}",
         "--conntrack-max-per-core=0",
@@ -221,7 +224,12 @@ def kube_proxy_argv(
 
 
 def start_kube_proxy(
-    shared: SharedLayout, binary: Path, kubeconfig_text: str, cluster_cidr: str, timeout: float = 30.0
+    shared: SharedLayout,
+    binary: Path,
+    kubeconfig_text: str,
+    cluster_cidr: str,
+    node_name: str,
+    timeout: float = 30.0,
 ) -> int:
     pid = running(shared, "kube-proxy")
     if pid is not None:
@@ -229,9 +237,9 @@ def start_kube_proxy(
     kubeconfig = shared.root / "kube-proxy.kubeconfig"
     kubeconfig.write_text(kubeconfig_text)
     healthz, metrics = free_port(), free_port()
-    pid = _launch(shared, "kube-proxy", kube_proxy_argv(binary, kubeconfig, cluster_cidr, healthz, metrics))
-    _wait_started(shared, "kube-proxy", lambda: _http_ok(metrics, "/metrics"), timeout)
-    return pid
+    argv = kube_proxy_argv(binary, kubeconfig, cluster_cidr, node_name, healthz, metrics)
+    proc = _launch(shared, "kube-proxy", argv)
+    return _wait_started(shared, "kube-proxy", proc, lambda: _http_ok(metrics, "/metrics"), timeout)
 
 
 def client_kubeconfig(cluster_dir: Path, out_dir: Path, name: str, user: str, group: str = "") -> str:

@@ -88,7 +88,7 @@ class KubeletTier:
         return shared.start_registry(self.shared, self.binaries.registry)
 
     def start_shared(self) -> str:
-        """Registry with the tier's images, CoreDNS and kube-proxy; returns the sandbox image's name."""
+        """Registry with the tier's images and CoreDNS; returns the sandbox image's name."""
         taken = network.address_in_use(layout.DNS_ADDRESS)
         if taken is not None and taken != layout.DNS_INTERFACE:
             raise LocalClusterError(f"{layout.DNS_ADDRESS} (cluster DNS) is already on link {taken}")
@@ -106,15 +106,19 @@ class KubeletTier:
             self.binaries.coredns,
             shared.client_kubeconfig(self.cluster_dir, self.shared.pki_dir, "coredns", shared.COREDNS_ROLE),
         )
-        shared.start_kube_proxy(
+        return sandbox
+
+    def start_kube_proxy(self, node_name: str) -> int:
+        """kube-proxy for the machine, named after a registered node (it waits for a Node of its name)."""
+        return shared.start_kube_proxy(
             self.shared,
             self.binaries.kube_proxy,
             shared.client_kubeconfig(
                 self.cluster_dir, self.shared.pki_dir, "kube-proxy", shared.KUBE_PROXY_USER
             ),
             CLUSTER_CIDR,
+            node_name,
         )
-        return sandbox
 
     def publish_test_images(self, rendezvous_tag: str) -> dict[str, str]:
         """busybox and the rendezvous etcd in the registry; returns their pullable names."""
@@ -138,6 +142,8 @@ class KubeletTier:
         names = [self.add_node(name, kind, zone, wait=False) for name, kind, zone in wanted]
         for name in names:
             self.wait_ready(name)
+        if names:
+            self.start_kube_proxy(names[0])
         say(f"{len(names)} kubelet node(s) Ready in {time.monotonic() - started:.1f}s: {', '.join(names)}")
         return names
 

@@ -23,12 +23,16 @@ import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from llm_testbed.kubeletnodes import chaos as kubelet_chaos
 from llm_testbed.localcluster import marks, nodes
 from llm_testbed.localcluster.errors import LocalClusterError
 from llm_testbed.localcluster.kubectl import Kubectl, KubectlError
 from llm_testbed.localcluster.waiting import poll
+
+if TYPE_CHECKING:
+    from llm_testbed.kubeletnodes.tier import KubeletTier
 
 TerminationKind = Literal["karpenter", "spot", "cordon"]
 TERMINATION_KINDS: tuple[str, ...] = get_args(TerminationKind)
@@ -47,6 +51,7 @@ DEAD_HOLDER = "llmjob-chaos/dead-kubelet"
 """Holder of a dead node's Lease: kwok never renews a Lease another holder has not let expire."""
 DEAD_LEASE_SECONDS = 7 * 24 * 3600
 KARPENTER_FINALIZER = "karpenter.sh/termination"  # on the nodes Karpenter launched
+KUBELET_JOIN_S = 90.0  # a new kubelet node: containerd and kubelet start, register, report Ready
 
 
 def termination_taint(kind: TerminationKind) -> dict[str, str]:
@@ -58,6 +63,12 @@ def termination_taint(kind: TerminationKind) -> dict[str, str]:
     if kind == "cordon":
         return {"key": marks.UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
     raise LocalClusterError(f"unknown termination kind {kind!r}; use one of {', '.join(TERMINATION_KINDS)}")
+
+
+def _kubelet_tier(kube: Kubectl, node: str) -> KubeletTier | None:
+    """The kubelet tier of ``node``'s cluster when ``node`` is one of its kubelet nodes (real processes)."""
+    tier = kubelet_chaos.tier_of(kube)
+    return tier if kubelet_chaos.owns(tier, node) else None
 
 
 def _kube(kube: Kubectl | None) -> Kubectl:
@@ -113,6 +124,9 @@ def node_not_ready(
     """
     k = _kube(kube)
     _node(k, node)
+    tier = _kubelet_tier(k, node)
+    if tier is not None:
+        return kubelet_chaos.node_not_ready(tier, node, wait=wait, timeout=timeout)
     # The pods' own mark goes first, while they still run: it keeps every kwok pod Stage off them until
     # kwok has learnt from its watch that the node's Lease is no longer its own (no "ready again", no
     # finished deletion). Marking them before the kill keeps these calls out of the time between the
@@ -201,6 +215,10 @@ def node_ready(
     """
     k = _kube(kube)
     _node(k, node)
+    tier = _kubelet_tier(k, node)
+    if tier is not None:
+        kubelet_chaos.node_ready(tier, node, wait=wait, timeout=timeout)
+        return
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}-")
     release_lease(k, node)  # kwok creates a new one at its next try (within a quarter lease) and acts again
     for pod in pods_on_node(k, node):
@@ -275,6 +293,10 @@ def delete_node(
     lets it go at once, as it does on EKS, and deletes its NodeClaim."""
     k = _kube(kube)
     obj = _node(k, node)
+    tier = _kubelet_tier(k, node)
+    if tier is not None:
+        kubelet_chaos.delete_node(tier, node, wait=wait, timeout=timeout)
+        return
     if KARPENTER_FINALIZER in (obj["metadata"].get("finalizers") or []) and is_ready(obj):
         node_not_ready(node, kube=k, wait=False)
     hold_lease(k, node)
@@ -310,6 +332,10 @@ def add_node(
         name = nodes.node_name(kind, index)
     elif name in existing:
         raise LocalClusterError(f"node {name} already exists")
+    tier = kubelet_chaos.tier_of(k)
+    if tier is not None:
+        zone = zone or nodes.default_zone(kind, index)
+        return kubelet_chaos.add_node(tier, name, kind, zone, wait=wait, timeout=max(timeout, KUBELET_JOIN_S))
     k.create(nodes.node_manifest(name, kind, zone or nodes.default_zone(kind, index)))
     if wait:
         poll(lambda: is_ready(_node(k, name)), timeout=timeout, what=f"new node {name} to be Ready")

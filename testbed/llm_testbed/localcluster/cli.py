@@ -51,8 +51,8 @@ def _one_line_errors(command: str) -> Callable[[Handler], Handler]:
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     crds = paths.crds_dir()
     if args.kind:
-        if args.karpenter:
-            raise LocalClusterError("--karpenter runs Karpenter's kwok provider locally: not with --kind")
+        if args.karpenter or args.kubelet:
+            raise LocalClusterError("--karpenter and --kubelet run on this machine: not with --kind")
         kubectl = tools.ensure(["kubectl"])["kubectl"]
         nodes_wanted = DEFAULT_GPU_NODES if args.nodes is None else args.nodes
         kubeconfig = kind.up(args.name, nodes_wanted, args.cpu_nodes, kubectl, crds)
@@ -60,8 +60,10 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         cluster = LocalCluster(args.name)
         if args.containers and not args.run_pods:
             raise LocalClusterError("--containers runs pods in containers: it needs --run-pods")
+        if args.kubelet and args.karpenter:
+            raise LocalClusterError("--karpenter launches kwok nodes: it cannot go with --kubelet")
         cluster.up(args.nodes, args.cpu_nodes, port=args.port, crds_dir=crds, run_pods=args.run_pods,
-                   containers=args.containers, karpenter=args.karpenter)  # fmt: skip
+                   containers=args.containers, karpenter=args.karpenter, kubelet=args.kubelet)  # fmt: skip
         kubeconfig = cluster.kubeconfig
     print(f"kubeconfig: {kubeconfig}")
     print(f"export KUBECONFIG={kubeconfig}")
@@ -239,6 +241,12 @@ def _register_cluster(subparsers: Any) -> None:
         action="store_true",
         help="run real Karpenter (its kwok provider): it launches p5.48xlarge/m5.2xlarge nodes for Pending "
         "pods and consolidates empty ones; no static GPU nodes unless --nodes says so",
+    )
+    up.add_argument(
+        "--kubelet",
+        action="store_true",
+        help="the nodes are real: a kubelet and containerd each on this machine, CNI bridges, CoreDNS, "
+        "kube-proxy, images from a local registry (root; builds the node tier's tools the first time)",
     )
     up.add_argument(
         "--kind",

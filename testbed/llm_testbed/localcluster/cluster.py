@@ -23,10 +23,10 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_testbed import karpenter as karpenter_
-from llm_testbed.localcluster import chaos, kwokconfig, kwokctl, nodes, paths, ports, progress, tools
+from llm_testbed.localcluster import chaos, kwokconfig, kwokctl, marks, nodes, paths, ports, progress, tools
 from llm_testbed.localcluster.errors import LocalClusterError
 from llm_testbed.localcluster.filelock import locked
 from llm_testbed.localcluster.kubectl import Kubectl
@@ -35,6 +35,9 @@ from llm_testbed.localcluster.status import ClusterStatus, summarize_node
 from llm_testbed.localcluster.waiting import poll
 from llm_testbed.podrunner import daemon as podrunner
 from llm_testbed.podrunner import files as podrunner_files
+
+if TYPE_CHECKING:
+    from llm_testbed.kubeletnodes.tier import KubeletTier
 
 DEFAULT_NAME = "llmjob"
 DEFAULT_GPU_NODES = 4
@@ -51,6 +54,7 @@ CLUSTER_TOOLS = (
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
 READY_TIMEOUT_S = 60.0  # after kwokctl create: /readyz (admission, RBAC bootstrap)
 RUN_PODS_MARK = "run-pods"  # file in the cluster's folder: created with run_pods
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 def say(message: str) -> None:
@@ -207,6 +211,7 @@ class LocalCluster:
         audit_policy: Path | None = None,
         containers: bool = False,
         karpenter: bool | karpenter_.KarpenterSetup = False,
+        kubelet: bool = False,
     ) -> bool:
         """Start (or resume) the cluster, add the nodes if it has none, install CRDs.
 
@@ -218,6 +223,8 @@ class LocalCluster:
         started here and stopped by :meth:`down`); a cluster keeps the mode it was created with.
         ``audit_policy``: kube-apiserver audits by this policy into :attr:`audit_log` (new clusters only).
         ``containers``: the runner's container mode (pods of locally built images run in containers).
+        ``kubelet``: the nodes are real kubelets and containerd on this machine (``llm_testbed.kubeletnodes``)
+        instead of kwok's fake nodes; a cluster keeps it.
         Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
         """
         started = time.monotonic()
@@ -228,6 +235,9 @@ class LocalCluster:
                 f"`llmjob cluster down --name {self.name}` first to change that"
             )
         run_pods = run_pods or (self.exists() and self.runs_pods)  # a cluster keeps its mode
+        if kubelet and run_pods:
+            raise LocalClusterError("--kubelet nodes run their pods themselves: it cannot go with --run-pods")
+        kubelet = kubelet or (self.exists() and self.runs_kubelets)
         if self.exists() and self.runs_karpenter and not karpenter:
             karpenter = True
         if gpu_nodes is None:
@@ -237,9 +247,11 @@ class LocalCluster:
             fresh = False
         else:
             with locked(self._kwok_root / ".start.lock", lambda: say("another cluster is starting; waiting")):
-                self._start(port, run_pods, audit_policy)
+                self._start(port, run_pods, audit_policy, kubelet)
             fresh = True
-        if not self.kube.items("nodes"):
+        if kubelet and (fresh or not self.kubelet_tier.node_names()):
+            self.kubelet_tier.up(self._kubelet_nodes(gpu_nodes, cpu_nodes))
+        elif not kubelet and not self.kube.items("nodes"):
             self.add_nodes(nodes.cluster_nodes(gpu_nodes, cpu_nodes))
         elif fresh is False:
             say("nodes already present: --nodes/--cpu-nodes ignored (use `llmjob chaos add-node` to add)")
@@ -257,10 +269,17 @@ class LocalCluster:
         say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")
         return fresh
 
-    def _start(self, port: int, run_pods: bool = False, audit_policy: Path | None = None) -> None:
+    def _start(
+        self, port: int, run_pods: bool = False, audit_policy: Path | None = None, kubelet: bool = False
+    ) -> None:
         """Create (or resume) the cluster with kwokctl; the caller holds the start lock."""
         audit = str(audit_policy.resolve()) if audit_policy is not None else ""
-        settings = kwokconfig.KwokctlSettings(run_pods=run_pods, audit_policy=audit)
+        pki = str(self.workdir / "pki") if kubelet else ""
+        # Real kubelets renew their Lease every 2.5 s (tier.LEASE_DURATION_S / 4): a lost one shows in 10 s.
+        grace = 10_000 if kubelet else kwokconfig.KwokctlSettings.node_monitor_grace_period_ms
+        settings = kwokconfig.KwokctlSettings(
+            run_pods=run_pods, audit_policy=audit, kubelet_client_pki=pki, node_monitor_grace_period_ms=grace
+        )
         if not self.exists():  # a stopped cluster keeps the ports of its saved config
             if port and not ports.is_free(port):
                 raise LocalClusterError(
@@ -273,7 +292,13 @@ class LocalCluster:
                 taken=ports.claimed_ports(others),
                 fixed={"kubeApiserverPort": port} if port else None,
             )
-            settings = kwokconfig.KwokctlSettings(ports=chosen, run_pods=run_pods, audit_policy=audit)
+            settings = kwokconfig.KwokctlSettings(
+                ports=chosen,
+                run_pods=run_pods,
+                audit_policy=audit,
+                kubelet_client_pki=pki,
+                node_monitor_grace_period_ms=grace,
+            )
         fresh = not self.exists()
         say(f"starting cluster {self.name}: {', '.join(COMPONENTS)} (kwokctl binary runtime)")
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -300,6 +325,33 @@ class LocalCluster:
             where = f"; component logs in {self.failed_logs_dir}" if kept else ""
             raise LocalClusterError(f"{exc}{where}") from exc
         self.forget_failed_logs()
+
+    @property
+    def runs_kubelets(self) -> bool:
+        """True when this cluster's nodes are real kubelets (created with ``kubelet``)."""
+        from llm_testbed.kubeletnodes.tier import is_kubelet_cluster
+
+        return is_kubelet_cluster(self.workdir)
+
+    @property
+    def kubelet_tier(self) -> KubeletTier:
+        """The kubelet nodes of this cluster and what they share (registry, CoreDNS, kube-proxy)."""
+        from llm_testbed.kubeletnodes.tier import KubeletTier
+
+        return KubeletTier(self.workdir, self.kube)
+
+    def _kubelet_nodes(self, gpu_nodes: int, cpu_nodes: int) -> list[tuple[str, nodes.NodeKind, str]]:
+        """The kubelet nodes ``up`` starts: the fake nodes' names and shapes, those not running yet."""
+        tier = self.kubelet_tier
+        present = set(tier.node_names())
+        wanted = []
+        for manifest in nodes.cluster_nodes(gpu_nodes, cpu_nodes):
+            meta = manifest["metadata"]
+            name = meta["name"]
+            if name in present:
+                continue
+            wanted.append((name, meta["labels"][marks.NODE_ROLE_LABEL], meta["labels"][ZONE_LABEL]))
+        return wanted
 
     def add_nodes(self, manifests: Iterable[dict[str, Any]], *, timeout: float = 60.0) -> list[str]:
         """Create nodes (existing ones are left alone) and wait until kwok reports them Ready."""
@@ -350,6 +402,9 @@ class LocalCluster:
         if not self.exists():
             return False
         say(f"deleting cluster {self.name}")
+        if self.runs_kubelets:
+            self.kubelet_tier.down()
+            say("kubelet nodes stopped: kubelet, containerd and containers killed, their files removed")
         if karpenter_.stop(self.workdir):
             say("karpenter stopped")
         if podrunner.stop(self.name, self.podrunner_dir):
@@ -386,6 +441,8 @@ class LocalCluster:
             components["podrunner"] = "running" if podrunner.alive(self.podrunner_dir) else "stopped"
         if self.runs_karpenter:
             components["karpenter"] = "running" if karpenter_.alive(self.workdir) else "stopped"
+        if self.runs_kubelets:
+            components.update(self.kubelet_tier.process_states())
         node_list = [summarize_node(n) for n in self.kube.items("nodes")] if running else []
         return ClusterStatus(self.name, True, running, self.kubeconfig, components, node_list)
 

@@ -67,6 +67,9 @@ class KwokctlSettings:
     Ready again within that quarter."""
     run_pods: bool = False  # the local pod runner acts for pods: kwok keeps only the node Stages
     audit_policy: str = ""  # kube-apiserver audit policy file; the log goes to logs/audit.log (benchmarks)
+    kubelet_client_pki: str = ""
+    """The cluster's pki folder when its nodes are real kubelets (``--kubelet``): kube-apiserver presents the
+    admin certificate there to them (logs, exec), and kwok manages only nodes annotated as fake: not these."""
 
 
 def stages_text() -> str:
@@ -119,8 +122,29 @@ def kwokctl_configuration(settings: KwokctlSettings) -> dict[str, Any]:
                 ],
             },
             {"name": "kube-scheduler", "extraArgs": [NO_LEADER_ELECTION]},
+            *_kubelet_tier_patches(settings.kubelet_client_pki),
         ],
     }
+
+
+def _kubelet_tier_patches(pki: str) -> list[dict[str, Any]]:
+    """kube-apiserver reaches real kubelets; kwok (by default it manages every node) keeps off them."""
+    if not pki:
+        return []
+    args = [
+        {"key": "kubelet-client-certificate", "value": f"{pki}/admin.crt"},
+        {"key": "kubelet-client-key", "value": f"{pki}/admin.key"},
+        # A kubelet node's name is not in any resolver here; its InternalIP is on its bridge.
+        {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+    ]
+    kwok_args = [
+        {"key": "manage-all-nodes", "value": "false"},
+        {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
+    ]
+    return [
+        {"name": "kube-apiserver", "extraArgs": args},
+        {"name": "kwok-controller", "extraArgs": kwok_args},
+    ]
 
 
 def render(settings: KwokctlSettings) -> str:
