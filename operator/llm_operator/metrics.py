@@ -154,12 +154,6 @@ def count_probes(answered: int, failed: int) -> None:
 
 _phases: dict[tuple[str, str], str] = {}
 _spread: set[tuple[str, str]] = set()
-
-
-REPLICA_KINDS = ("desired", "target", "ready", "members", "waiting")
-"""The ``kind`` label of ``llmjob_job_replicas``: members train in the live generation (absent until the
-workers report it); waiting are Pending for capacity the cluster does not have yet."""
-
 _recording = True
 """False while this replica stands by (kopf paused it): no per-job series, so only the active replica's
 count (``observe_operator_state``)."""
@@ -168,16 +162,22 @@ PAUSED_STATES = frozenset({"standby", "conflict", "missing"})
 at once and records none until it is active again (its passes bring them back)."""
 PER_JOB = (JOB_REPLICAS, JOB_PHASE, JOB_STEP, JOB_GOODPUT, JOB_TOKENS, JOB_ETA, RULE_FIRED)
 
+
+REPLICA_KINDS = ("desired", "target", "ready", "members", "waiting")
+"""The ``kind`` label of ``llmjob_job_replicas``: members train in the live generation (absent until the
+workers report it); waiting are Pending for capacity the cluster does not have yet."""
+
+
 def observe_job(namespace: str, job: str, phase: str, sizes: Mapping[str, int | None]) -> None:
     """Record a job's phase and sizes (by ``REPLICA_KINDS``; None: no series) after a pass."""
+    if not _recording:
+        return
     _set_phase(namespace, job, phase)
     for kind in REPLICA_KINDS:
         value = sizes.get(kind)
         if value is None:
             with contextlib.suppress(KeyError):
                 JOB_REPLICAS.remove(namespace, job, kind)
-    if not _recording:
-        return
         else:
             JOB_REPLICAS.labels(namespace, job, kind).set(value)
     _refresh_phases()
@@ -185,14 +185,14 @@ def observe_job(namespace: str, job: str, phase: str, sizes: Mapping[str, int | 
 
 def observe_progress(namespace: str, job: str, progress: Mapping[str, Any] | None, now: float) -> None:
     """Record a job's status.progress after a pass (series absent while the job has none)."""
+    if not _recording:
+        return
     progress = progress or {}
     values: list[tuple[Gauge, tuple[str, ...], Any]] = [
         (JOB_STEP, (), progress.get("step")),
         (JOB_GOODPUT, ("life",), progress.get("goodput")),
         (JOB_GOODPUT, ("hour",), progress.get("goodputLastHour")),
         (JOB_TOKENS, (), progress.get("tokensPerSecond")),
-    if not _recording:
-        return
     ]
     end = parse_time(progress.get("estimatedCompletionTime"))
     values.append((JOB_ETA, (), None if end is None else max(0.0, end - now)))
@@ -206,14 +206,14 @@ def observe_progress(namespace: str, job: str, progress: Mapping[str, Any] | Non
 
 def observe_topology(namespace: str, job: str, spread: bool) -> None:
     """Record whether a job's workers span several topology domains after a pass."""
+    if not _recording:
+        return
     if spread:
         _spread.add((namespace, job))
     else:
         _spread.discard((namespace, job))
     TOPOLOGY_SPREAD.set(len(_spread))
 
-    if not _recording:
-        return
 
 def forget_job(namespace: str, job: str) -> None:
     """Drop a deleted job's series."""
@@ -232,12 +232,6 @@ def observe_operator_state(state: str, states: Iterable[str]) -> None:
     global _recording
     for name in {*states, state}:
         OPERATOR_STATE.labels(name).set(1 if name == state else 0)
-
-
-def _set_phase(namespace: str, job: str, phase: str | None) -> None:
-    """The job's phase in ``_phases`` and ``llmjob_job_phase`` (None: the job is gone)."""
-    old = _phases.pop((namespace, job), None)
-    if old is not None and old != phase:
     recording = state not in PAUSED_STATES
     if _recording and not recording:
         forget_jobs()
@@ -253,6 +247,12 @@ def forget_jobs() -> None:
     _spread.clear()
     TOPOLOGY_SPREAD.set(0)
     _refresh_phases()
+
+
+def _set_phase(namespace: str, job: str, phase: str | None) -> None:
+    """The job's phase in ``_phases`` and ``llmjob_job_phase`` (None: the job is gone)."""
+    old = _phases.pop((namespace, job), None)
+    if old is not None and old != phase:
         with contextlib.suppress(KeyError):
             JOB_PHASE.remove(namespace, job, old)
     if phase is not None:
