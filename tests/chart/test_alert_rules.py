@@ -21,7 +21,9 @@ from llm_testbed import promtool as promtool_setup
 
 UNIT_TESTS = Path(__file__).parent / "promtool"
 OPERATIONS = ROOT / "docs" / "operations.md"
-ENABLED = {"prometheusRule": {"enabled": True}}
+SCRAPED = {"serviceMonitor": {"enabled": True}, "trainerPodMonitor": {"enabled": True}}
+"""What the alerts read: the chart refuses operator alerts nothing scrapes (test_chart_doc_tables.py)."""
+ENABLED = {"prometheusRule": {"enabled": True}, "metrics": SCRAPED}
 ALERTS = {
     "LLMJobBelowDesiredSize",
     "LLMJobWaitingForCapacity",
@@ -87,7 +89,8 @@ def test_enabled_renders_every_alert_with_severity_summary_and_runbook(helm: Hel
             "enabled": True,
             "labels": {"release": "kube-prometheus-stack"},
             "alertLabels": {"team": "ml-platform"},
-        }
+        },
+        "metrics": SCRAPED,
     }
     rule = one(helm.template(values), "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
@@ -173,7 +176,10 @@ def test_promtool_unit_tests_pass_on_the_rendered_rules(helm: Helm, promtool: Pa
 
 def test_the_unit_tests_fail_when_a_threshold_changes(helm: Helm, promtool: Path, tmp_path: Path) -> None:
     """The unit tests pin the shipped defaults: a longer `for` makes the below-size test fail."""
-    values = {"prometheusRule": {"enabled": True, "alerts": {"belowDesiredSize": {"for": "30m"}}}}
+    values = {
+        "prometheusRule": {"enabled": True, "alerts": {"belowDesiredSize": {"for": "30m"}}},
+        "metrics": SCRAPED,
+    }
     _write_rules(helm, values, tmp_path)
     result = _promtool(promtool, "test", "rules", "below_desired_size.yaml", cwd=tmp_path)
     assert result.returncode != 0

@@ -173,12 +173,13 @@ def rbac_rows(chart: Path) -> list[Row]:
     return rows
 
 
-def rbac_table(chart: Path) -> str:
+def rbac_table(chart: Path, rbac: list[Row] | None = None) -> str:
+    """The Markdown table of :func:`rbac_rows` (given, or rendered from ``chart``)."""
     rows = [
         "| API group | resource | verbs | when | cluster-wide mode | namespaced mode | why |",
         "|---|---|---|---|---|---|---|",
     ]
-    for row in rbac_rows(chart):
+    for row in rbac if rbac is not None else rbac_rows(chart):
         why = WHY.get((row.group, row.resource, row.option))
         if why is None:
             raise KeyError(
@@ -238,7 +239,7 @@ def _plain(text: str) -> str:
 def alerts_table(chart: Path) -> str:
     defaults = yaml.safe_load((chart / "values.yaml").read_text())["prometheusRule"]["alerts"]
     rows = [
-        "| alert | `prometheusRule.alerts.` | thresholds | for | severity | needs | fires when |",
+        "| alert | `prometheusRule.alerts.` | thresholds | for | severity | needs | its description |",
         "|---|---|---|---|---|---|---|",
     ]
     for rule in rendered_alerts(chart):
