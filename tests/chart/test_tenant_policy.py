@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import celpy
+from celpy import celtypes
 import pytest
 from celpy.adapter import json_to_cel
 from chart_helpers import Helm, by_kind, one
@@ -45,9 +46,10 @@ def _judge(policy: dict[str, Any], activation: dict[str, Any]) -> list[str] | No
     spec = policy["spec"]
     if not all(_run(c["expression"], activation) for c in spec["matchConditions"]):
         return None
-    variables: dict[str, Any] = {}
+    variables = celtypes.MapType()
     for variable in spec["variables"]:
-        variables[variable["name"]] = _run(variable["expression"], {**activation, "variables": variables})
+        value = _run(variable["expression"], {**activation, "variables": variables})
+        variables[celtypes.StringType(variable["name"])] = value
     scope = {**activation, "variables": variables}
     failed = []
     for check in spec["validations"]:
