@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import celpy
-from celpy import celtypes
 import pytest
+from celpy import celtypes
 from celpy.adapter import json_to_cel
 from chart_helpers import Helm, by_kind, one
 from llm_operator.policy.tenancy import PRIVILEGED_LABEL, violations
