@@ -21,10 +21,11 @@ DEFAULT_PROGRESS_SECONDS = 30.0
 DEFAULT_INDEX_AUDIT_SECONDS = 300.0
 """Each job checks its slice of the pod index against a consistent list this often, besides after every
 re-list (llm_operator.control.ghosts): 3.3 small LISTs/s for 1,000 jobs."""
-DEFAULT_PEERING_LIFETIME_S = 10
+DEFAULT_PEERING_LIFETIME_S = 4
 """A replica's peering entry counts as alive this long after its last keep-alive (kopf renews it 5-10 s
-before it runs out, at least every second): a standby takes over within this much of the active one's
-crash (kopf's own default, 60 s, made failover take up to a minute; docs/benchmarks.md, "HA failover")."""
+before it runs out, at least every second: every second at 4, so a keep-alive may be 3 s late): a standby
+takes over within this much of the active one's crash (3.6 s at most from a node loss to its replacement,
+docs/benchmarks.md, "HA failover"; kopf's own default, 60 s, took up to a minute; docs/decisions.md UF4)."""
 DEFAULT_GC_THAW_SECONDS = 3600.0
 """The heap frozen after each full garbage collection is thawed this often, so that the next full collection
 frees what died in cycles among frozen objects (llm_operator.loop_health.HeapFreeze)."""
