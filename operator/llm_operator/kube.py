@@ -130,6 +130,31 @@ class Kube:
             raise
         return True
 
+    async def create_pod(self, pod: dict[str, Any]) -> str | None:
+        """Create a pod: the UID the API server gave it, None when its name is taken (409)."""
+        body: Any = pod
+        call = self.core.create_namespaced_pod(pod["metadata"]["namespace"], body, _preload_content=False)
+        try:
+            _, answer = await _answered(call)
+        except KubeError as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return str((json.loads(answer).get("metadata") or {}).get("uid") or "")
+
+    async def pod_uid(self, namespace: str, name: str) -> str | None:
+        """The UID of the pod ``name`` (one GET), None when there is none or it is being deleted."""
+        try:
+            _, answer = await _answered(
+                self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        meta = json.loads(answer).get("metadata") or {}
+        return None if meta.get("deletionTimestamp") else str(meta.get("uid") or "") or None
+
     async def delete_pod(self, namespace: str, name: str, uid: str, force: bool) -> Deleted:
         """Delete one pod by name and UID (never a newer pod of the same name); grace 0 when forced."""
         options: dict[str, Any] = {"preconditions": {"uid": uid}} if uid else {}

@@ -72,7 +72,7 @@ def test_the_namespace_is_read_only_when_its_label_matters_and_then_cached() -> 
     assert asyncio.run(gate.refusal(job(image="public.ecr.aws/t:1"))) is None
     assert kube.calls == [], "a job that breaks no rule costs no API call"
     for _ in range(3):
-        assert asyncio.run(gate.refusal(job(image="public.ecr.aws/t:1", **HOST))) is None
+        assert asyncio.run(gate.refusal(job(image="public.ecr.aws/t:1", **HOST), "with a hostPath")) is None
     assert kube.called("namespace_labels") == [("ml",)], "read once within LABELS_TTL_S"
     assert asyncio.run(TenantGate(kube, None, "ml").refusal(job(**HOST))) is None  # type: ignore[arg-type]
 
@@ -111,3 +111,16 @@ def test_settings_read_the_policy_and_the_brake_from_the_chart_env() -> None:
             Settings.from_env({"LLMJOB_NODE_HEALTH_BRAKE": bad})
     with pytest.raises(ValueError, match="serviceAccounts"):
         Settings.from_env({"LLMJOB_TENANT_POLICY": '{"serviceAccounts": "trainer"}'})
+
+
+def test_a_spec_is_judged_once_per_generation_and_runtime_copy() -> None:
+    gate = TenantGate(LabelledKube(privileged=False), POLICY, "ml")  # type: ignore[arg-type]
+    host = job(image="public.ecr.aws/t:1", **HOST)
+    assert asyncio.run(gate.refusal(host, ("rt", "1"))) is not None
+    fixed = job(image="public.ecr.aws/t:1")  # same generation (3): the spec cannot have changed
+    assert asyncio.run(gate.refusal(fixed, ("rt", "1"))) is not None, "judged once, kept"
+    assert asyncio.run(gate.refusal(fixed, ("rt", "2"))) is None, "another runtime copy: judged again"
+    newer = LLMTrainingJob.model_validate(
+        {**fixed.model_dump(by_alias=True), "metadata": {"name": "llama", "generation": 4}}
+    )
+    assert asyncio.run(gate.refusal(newer, ("rt", "2"))) is None

@@ -199,13 +199,15 @@ class JobController:
             self.runtime.report(problem, body, logger)
             return RUNTIME_RETRY_SECONDS
         job = self.job_from(body)
-        refused = await self.tenants.refusal(job)  # then nothing is made: no support objects, no workers
+        refused = await self.tenants.refusal(job, self.runtime.version())  # then nothing is made at all
         if refused is None and self.support_generation != job.metadata.generation:
             for obj in support_objects(job, self.settings):
                 await self.kube.create(obj)
             self.support_generation = job.metadata.generation
         audit_at = await self.audit.run(pods_index, logger)
         observed = list(pods_index.get((self.namespace, self.name), ()))
+        for uid, pod in self.expect.overdue():  # the watch never showed them: ask, never assume them gone
+            self.expect.confirm(uid, await self.kube.pod_uid(self.namespace, pod) == uid)
         mine = self.expect.apply(observed)
         nodes = {view.name: view for views in nodes_index.values() for view in views}
         self.marker.see(nodes)

@@ -131,6 +131,7 @@ class RunningJobs:
         version: str | None,
         kind: str | None,
         pods_index: Mapping[Any, Iterable[PodView]],
+        uid: str = "",
     ) -> None:
         """A worker pod's event (``kind``: kopf's event type, None for a pod of a listing): wake its job,
         unless a listing brought the pod unchanged (the same resourceVersion as its last event). The
@@ -140,6 +141,9 @@ class RunningJobs:
         ident = (key[0], pod)
         if kind == "DELETED":
             self.pod_versions.pop(ident, None)
+            controller = self.controllers.get(key)
+            if controller is not None and uid:  # settles its creation even if no pass saw it exist
+                controller.expect.watched_deleted(uid)
             self.wake(key)
             return
         known = self.pod_versions.get(ident)

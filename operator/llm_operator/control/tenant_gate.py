@@ -12,10 +12,18 @@ The namespace's labels are read only when a rule the label lifts is broken, and 
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 
 from llm_operator.api.models import LLMTrainingJob
 from llm_operator.kube import Kube
-from llm_operator.policy.tenancy import LABELLED, TenantPolicy, is_privileged, refusal, violations
+from llm_operator.policy.tenancy import (
+    LABELLED,
+    TenantPolicy,
+    Violation,
+    is_privileged,
+    refusal,
+    violations,
+)
 
 LABELS_TTL_S = 10.0
 """How long a namespace's labels are trusted: the platform team's label takes effect within this long."""
@@ -30,6 +38,9 @@ class TenantGate:
         self.namespace = namespace
         self.read_at: float | None = None
         self.privileged = False
+        self.judged: tuple[Hashable, list[Violation], list[Violation]] | None = None
+        """(what the spec depends on, its violations without the label, with it): a pass of an unchanged
+        spec judges nothing again."""
 
     async def _namespace_privileged(self) -> bool:
         now = time.monotonic()
@@ -38,14 +49,20 @@ class TenantGate:
             self.read_at = now
         return self.privileged
 
-    async def refusal(self, job: LLMTrainingJob) -> str | None:
-        """Why the job's (merged) spec may not run here, naming every field and rule; None: it may."""
+    async def refusal(self, job: LLMTrainingJob, version: Hashable = None) -> str | None:
+        """Why the job's (merged) spec may not run here, naming every field and rule; None: it may.
+        ``version``: what the merged spec depends on besides the generation (its runtime's copy)."""
         if self.policy is None:
             return None
-        spec = job.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-        found = violations(spec, self.policy, privileged=False)
+        key = (job.metadata.generation, version)
+        if self.judged is None or self.judged[0] != key:
+            spec = job.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+            plain = violations(spec, self.policy, privileged=False)
+            lifted = violations(spec, self.policy, privileged=True) if plain else []
+            self.judged = (key, plain, lifted)
+        _, found, lifted = self.judged
         if any(v.rule in LABELLED for v in found) and await self._namespace_privileged():
-            found = violations(spec, self.policy, privileged=True)
+            found = lifted
         if not found:
             return None
         source = job.spec.runtimeRef
