@@ -22,6 +22,7 @@ from llm_testbed.localcluster.errors import LocalClusterError
 from llm_testbed.localcluster.kubectl import Kubectl
 from llm_testbed.localcluster.waiting import poll
 
+ACTIVE_FILE = layout.STATE_ROOT / "active-cluster"
 TIER_MARK = "kubelet-tier"
 """A file in the cluster's folder: its nodes are kubelet nodes (the tier's folder in it)."""
 NODE_DIR_ANNOTATION = "elasticllm.dev/kubelet-node-dir"
@@ -40,6 +41,15 @@ def say(message: str) -> None:
 
 def is_kubelet_cluster(cluster_dir: Path) -> bool:
     return (cluster_dir / TIER_MARK).is_file()
+
+
+def active_cluster() -> Path | None:
+    """The folder of the kubelet cluster that holds this machine, if it still exists."""
+    try:
+        owner = Path(ACTIVE_FILE.read_text().strip())
+    except OSError:
+        return None
+    return owner if is_kubelet_cluster(owner) else None
 
 
 def node_labels(name: str, kind: nodes.NodeKind, zone: str) -> dict[str, str]:
@@ -87,11 +97,24 @@ class KubeletTier:
     def registry(self) -> str:
         return shared.start_registry(self.shared, self.binaries.registry)
 
-    def start_shared(self) -> str:
-        """Registry with the tier's images and CoreDNS; returns the sandbox image's name."""
+    def claim_machine(self) -> None:
+        """One kubelet cluster per machine: node bridges, pod CIDRs and the DNS address are the machine's.
+        Raises naming the cluster that holds them (a claim whose cluster folder is gone is stale)."""
+        owner = active_cluster()
+        if owner is not None and owner != self.cluster_dir.resolve():
+            raise LocalClusterError(
+                f"another kubelet cluster runs on this machine ({owner}): one at a time (node bridges, "
+                "pod CIDRs and the DNS address are the machine's); `llmjob cluster down` that one first"
+            )
         taken = network.address_in_use(layout.DNS_ADDRESS)
         if taken is not None and taken != layout.DNS_INTERFACE:
             raise LocalClusterError(f"{layout.DNS_ADDRESS} (cluster DNS) is already on link {taken}")
+        ACTIVE_FILE.parent.mkdir(parents=True, exist_ok=True)
+        ACTIVE_FILE.write_text(f"{self.cluster_dir.resolve()}\n")
+
+    def start_shared(self) -> str:
+        """Registry with the tier's images and CoreDNS; returns the sandbox image's name."""
+        self.claim_machine()
         (self.cluster_dir / TIER_MARK).write_text(f"{self.shared.root}\n")
         network.enable_forwarding()
         registry = self.registry()
@@ -255,6 +278,17 @@ class KubeletTier:
                 states[f"{process}/{name}"] = "running" if alive else "stopped"
         return states
 
+    def collect_logs(self, dest: Path) -> list[Path]:
+        """Copy the logs of the shared processes and of every node (call before :meth:`down`)."""
+        copied = []
+        for log in sorted(self.shared.root.glob("**/logs/*.log")):
+            relative = log.relative_to(self.shared.root)
+            target = dest / str(relative).replace("/logs/", "-").replace("logs/", "")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, target)
+            copied.append(target)
+        return copied
+
     def down(self) -> None:
         """Every node killed and removed, the shared processes stopped, the tier's folder deleted."""
         for name in self.node_names():
@@ -264,6 +298,8 @@ class KubeletTier:
         network.delete_link(layout.DNS_INTERFACE)
         shutil.rmtree(self.shared.root, ignore_errors=True)
         (self.cluster_dir / TIER_MARK).unlink(missing_ok=True)
+        if active_cluster() == self.cluster_dir.resolve():
+            ACTIVE_FILE.unlink(missing_ok=True)
 
 
 def _ready(obj: dict[str, Any]) -> bool:
