@@ -198,7 +198,7 @@ def _check_throughput(
     workers = f"llm_trainer_tokens_per_second{{{selector}}}"
     wait_for(lambda: prometheus.query(f"count({workers} > 0) == 2"), 60, "both workers' tokens/s", 1)
     # One query each, so that every side is read at the same instant.
-    assert prometheus.query(f"count({workers} == on(namespace, llmjob) group_left ({shown})) >= 1"), (
+    assert prometheus.query(f"count({workers} == on(namespace, llmjob) group_left() ({shown})) >= 1"), (
         "the panel equals one worker's own figure"
     )
     assert prometheus.query(f"({shown}) < on(namespace, llmjob) sum by (namespace, llmjob) ({workers})"), (
