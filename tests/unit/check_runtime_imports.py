@@ -22,6 +22,14 @@ FACADE = f"{PACKAGE}.session"
 ROOT = Path(__file__).resolve().parents[2] / "runtime" / PACKAGE
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60
+WHOLE_MODULES = {
+    f"{PACKAGE}.live.membership": "the live membership's whole protocol: register, one view per decision, "
+    "agree, arrive, watch (one capability; split, a node loss visited it and its halves back and forth)",
+    f"{PACKAGE}.rendezvous.etcd_client": "every etcd call the runtime makes: one typed facade",
+}
+"""Modules allowed past ``MAX_MODULE_LINES`` (up to ``MAX_WHOLE_LINES``) because one capability stays in one
+module (STYLE habit 24): each names why. docs/runtime-design.md lists them."""
+MAX_WHOLE_LINES = 450
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -116,8 +124,9 @@ def oversized(root: Path) -> list[str]:
         source = path.read_text()
         name = module_name(path, root)
         lines = len(source.splitlines())
-        if lines > MAX_MODULE_LINES:
-            out.append(f"{name} has {lines} lines (at most {MAX_MODULE_LINES})")
+        limit = MAX_WHOLE_LINES if name in WHOLE_MODULES else MAX_MODULE_LINES
+        if lines > limit:
+            out.append(f"{name} has {lines} lines (at most {limit})")
         for node in ast.walk(ast.parse(source, str(path))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
