@@ -107,7 +107,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _remove_clusters_of_dead_sessions() -> None:
     """A killed test run cannot tear down its cluster: the next run does (live sessions are left alone)."""
     for name in cluster_names():
-        match = re.fullmatch(r"pytest-(?:cli-|run-|ctr-|kpt-)?(\d+)", name)
+        match = re.fullmatch(r"pytest-(?:cli-|run-|ctr-|kpt-|kubelet-)?(\d+)", name)
         if match and not pid_alive(int(match.group(1))):
             LocalCluster(name).down()
 

@@ -10,6 +10,7 @@ verbs with their real meaning (the kubelet stops while the containers go on; the
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +18,9 @@ from typing import Any
 
 import pytest
 from llm_testbed.kubeletnodes.node import node_pids
+from llm_testbed.kubeletnodes.tier import active_cluster
 from llm_testbed.localcluster import chaos, marks, paths
-from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster.cluster import LocalCluster, pid_alive
 from support.kube import create, get_pod
 from support.wait import wait_for
 
@@ -35,6 +37,10 @@ WORKER_SCRIPT = (
 
 @pytest.fixture(scope="module")
 def kubelet_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    owner = active_cluster()  # a killed earlier run's cluster would hold the machine's kubelet tier
+    stale = re.fullmatch(r"pytest-kubelet-(\d+)", owner.name) if owner is not None else None
+    if owner is not None and stale is not None and not pid_alive(int(stale.group(1))):
+        LocalCluster(owner.name).down()
     local = LocalCluster(f"pytest-kubelet-{os.getpid()}")
     logs = tmp_path_factory.mktemp("kubelet-cluster-logs")
     try:
