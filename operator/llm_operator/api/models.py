@@ -514,7 +514,8 @@ class Condition(_Model):
 
     type: str
     """Condition type: Ready, Degraded, Suspended, Complete, Failed, Admitted (Kueue), CheckpointNotShared,
-    Stalled, Straggler, Members, WaitingForCapacity, Unschedulable, WorkersRefused."""
+    Stalled, Straggler, Members, WaitingForCapacity, Unschedulable, WorkersRefused, RuntimeResolved,
+    RuntimeUnsupported (a runtime whose contract version the operator does not serve)."""
     status: Literal["True", "False", "Unknown"]
     """Condition status."""
     reason: str = ""
