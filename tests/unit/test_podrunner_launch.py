@@ -23,6 +23,16 @@ def _can_unshare() -> bool:
 needs_namespaces = pytest.mark.skipif(not _can_unshare(), reason="mount/UTS namespaces not permitted here")
 
 
+def _launch(plan: ContainerPlan, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run the launcher on ``plan`` as the runner does (a plan file, a new interpreter)."""
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_json()))
+    return subprocess.run(
+        [sys.executable, "-m", "llm_testbed.podrunner.launch", str(plan_file)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
 @needs_namespaces
 def test_launcher_gives_the_pod_its_hostname_hosts_mounts_and_workdir(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts"
@@ -45,12 +55,7 @@ def test_launcher_gives_the_pod_its_hostname_hosts_mounts_and_workdir(tmp_path: 
         hosts_file=str(hosts),
         mounts=[Mount(str(volume), str(target))],
     )
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan.to_json()))
-    result = subprocess.run(
-        [sys.executable, "-m", "llm_testbed.podrunner.launch", str(plan_file)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    result = _launch(plan, tmp_path)
     assert result.returncode == 0, result.stderr
     assert (volume / "out.txt").read_text() == "p-0 p-0.sub.ns.svc.cluster.local 127.1.9.8 yes"
     assert os.uname().nodename != "p-0"  # the machine's hostname is untouched
@@ -76,12 +81,7 @@ def test_a_volume_over_the_runners_environment_leaves_it_visible(tmp_path: Path)
         mounts=[Mount(str(empty), str(tmp_path / "covered")), Mount(str(out), "/covered-out")],
     )
     (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan.to_json()))
-    result = subprocess.run(
-        [sys.executable, "-m", "llm_testbed.podrunner.launch", str(plan_file)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    result = _launch(plan, tmp_path)
     assert result.returncode == 0, result.stderr
     assert (out / "out.txt").read_text() == "kept"
     assert launch.hidden_by(["/tmp"], ["/tmp/ci/.venv", "/tmpx/a", "/usr"]) == ["/tmp/ci/.venv"]
