@@ -100,14 +100,6 @@ class NodeLayout:
         return self.root / "pki"
 
     @property
-    def logs_dir(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def pids_dir(self) -> Path:
-        return self.root / "pids"
-
-    @property
     def pod_logs_dir(self) -> Path:
         return self.root / "pod-logs"
 

@@ -14,22 +14,17 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from llm_testbed.kubeletnodes import configs, network
 from llm_testbed.kubeletnodes.layout import NodeLayout
-from llm_testbed.localcluster.errors import LocalClusterError
-from llm_testbed.localcluster.waiting import poll
+from llm_testbed.kubeletnodes.procs import Processes, alive
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CONTAINERD_START_TIMEOUT_S = 30.0
 PROCESSES = ("containerd", "kubelet")
-
-
-class NodeError(LocalClusterError):
-    """A node's process did not start; the message carries the tail of its log."""
 
 
 @dataclass(frozen=True)
@@ -51,61 +46,13 @@ def has_capability(bit: int, status: Path = Path("/proc/self/status")) -> bool:
     return False
 
 
-def pid_file(node: NodeLayout, process: str) -> Path:
-    return node.pids_dir / f"{process}.pid"
-
-
-def log_file(node: NodeLayout, process: str) -> Path:
-    return node.logs_dir / f"{process}.log"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+def processes(node: NodeLayout) -> Processes:
+    """The node's containerd and kubelet: pids and logs under the node's folder."""
+    return Processes(node.root)
 
 
 def running_pid(node: NodeLayout, process: str) -> int | None:
-    """The pid of ``process`` of ``node`` if it runs: its command line names the node's folder, or it is
-    our child that has not yet exec'd its program (a reused pid is neither)."""
-    try:
-        pid = int(pid_file(node, process).read_text().strip())
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        return None
-    ours = str(node.root).encode() in argv or _parent(pid) == os.getpid()
-    return pid if _alive(pid) and ours else None
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def launch(
-    node: NodeLayout, process: str, argv: Sequence[str], env: Mapping[str, str]
-) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session, output appended to the node's log of ``process``."""
-    node.logs_dir.mkdir(parents=True, exist_ok=True)
-    node.pids_dir.mkdir(parents=True, exist_ok=True)
-    with log_file(node, process).open("ab") as log:
-        proc = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, **env}, cwd=node.root,
-        )  # fmt: skip
-    pid_file(node, process).write_text(f"{proc.pid}\n")
-    return proc
+    return processes(node).running(process)
 
 
 def cgroup_dirs(node: NodeLayout) -> list[Path]:
@@ -164,20 +111,12 @@ def start_containerd(node: NodeLayout, binaries: NodeBinaries) -> int:
         return pid
     with contextlib.suppress(FileNotFoundError):
         node.containerd_socket.unlink()
-    proc = launch(
-        node, "containerd", [str(binaries.containerd), "--config", str(node.containerd_config)],
-        _path_env(binaries),
-    )  # fmt: skip
-
-    def serving() -> bool:
-        if proc.poll() is not None:
-            raise NodeError(
-                f"containerd of node {node.name} exited at start:\n{log_tail(log_file(node, 'containerd'))}"
-            )
-        return node.containerd_socket.is_socket()
-
-    poll(serving, timeout=CONTAINERD_START_TIMEOUT_S, what=f"containerd of node {node.name} to serve")
-    return proc.pid
+    procs = processes(node)
+    argv = [str(binaries.containerd), "--config", str(node.containerd_config)]
+    proc = procs.launch("containerd", argv, _path_env(binaries))
+    return procs.wait_started(
+        "containerd", proc, node.containerd_socket.is_socket, CONTAINERD_START_TIMEOUT_S
+    )
 
 
 def start_kubelet(node: NodeLayout, binaries: NodeBinaries, labels: dict[str, str]) -> int:
@@ -186,34 +125,14 @@ def start_kubelet(node: NodeLayout, binaries: NodeBinaries, labels: dict[str, st
         return pid
     network.ensure_bridge(node.bridge, node.ip, network.prefix_of(node.pod_cidr))
     make_cgroups(node)
-    proc = launch(
-        node, "kubelet", configs.kubelet_argv(str(binaries.kubelet), node, labels), _path_env(binaries)
-    )
-    return proc.pid
+    argv = configs.kubelet_argv(str(binaries.kubelet), node, labels)
+    return processes(node).launch("kubelet", argv, _path_env(binaries)).pid
 
 
 def kubelet_exited(node: NodeLayout) -> str | None:
     """The tail of the kubelet's log if it is not running (it exited), else ``None``."""
-    if running_pid(node, "kubelet") is not None:
-        return None
-    return log_tail(log_file(node, "kubelet"))
-
-
-def stop(node: NodeLayout, process: str, sig: int = signal.SIGTERM, timeout: float = 10.0) -> bool:
-    """Signal ``process`` of ``node`` and wait until it is gone (SIGKILL after ``timeout``)."""
-    pid = running_pid(node, process)
-    if pid is None:
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    pid_file(node, process).unlink(missing_ok=True)
-    return True
+    procs = processes(node)
+    return None if procs.running("kubelet") is not None else procs.tail("kubelet")
 
 
 def _proc_argvs() -> Iterator[tuple[int, bytes]]:
@@ -245,10 +164,10 @@ def kill_all(node: NodeLayout, timeout: float = 10.0) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     for process in PROCESSES:
-        pid_file(node, process).unlink(missing_ok=True)
+        processes(node).pid_file(process).unlink(missing_ok=True)
     return len(pids)
 
 

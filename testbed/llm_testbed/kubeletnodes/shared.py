@@ -11,11 +11,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +18,8 @@ from typing import Any
 import yaml
 
 from llm_testbed.kubeletnodes import layout, network, pki
+from llm_testbed.kubeletnodes.procs import Processes
 from llm_testbed.local_etcd import free_port
-from llm_testbed.localcluster.errors import LocalClusterError
-from llm_testbed.localcluster.waiting import poll
 
 COREDNS_ROLE = "system:coredns"
 COREDNS_RBAC: list[dict[str, Any]] = [
@@ -53,19 +47,14 @@ COREDNS_RBAC: list[dict[str, Any]] = [
 KUBE_PROXY_USER = "system:kube-proxy"  # bound to system:node-proxier by the API server's default RBAC
 
 
-class SharedProcessError(LocalClusterError):
-    """A shared process of the kubelet tier did not start; the message carries its log's tail."""
-
-
 @dataclass(frozen=True)
 class SharedLayout:
     root: Path  # layout.tier_dir(cluster)
 
-    def pid_file(self, process: str) -> Path:
-        return self.root / "pids" / f"{process}.pid"
-
-    def log_file(self, process: str) -> Path:
-        return self.root / "logs" / f"{process}.log"
+    @property
+    def processes(self) -> Processes:
+        """The registry, CoreDNS and kube-proxy: pids and logs under the tier's folder."""
+        return Processes(self.root)
 
     @property
     def registry_dir(self) -> Path:
@@ -84,74 +73,17 @@ class SharedLayout:
         return self.root / "Corefile"
 
 
-def running(shared: SharedLayout, process: str) -> int | None:
-    try:
-        pid = int(shared.pid_file(process).read_text().strip())
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        return None
-    return pid if str(shared.root).encode() in argv else None
-
-
-def _launch(shared: SharedLayout, process: str, argv: list[str]) -> subprocess.Popen[bytes]:
-    for folder in (shared.root / "pids", shared.root / "logs"):
-        folder.mkdir(parents=True, exist_ok=True)
-    with shared.log_file(process).open("ab") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            cwd=shared.root,
-        )  # fmt: skip
-    shared.pid_file(process).write_text(f"{proc.pid}\n")
-    return proc
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _wait_started(
-    shared: SharedLayout, process: str, proc: subprocess.Popen[bytes], ready: Any, timeout: float
-) -> int:
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise SharedProcessError(f"{process} exited at start:\n{_tail(shared.log_file(process))}")
-        return bool(ready())
-
-    poll(up, timeout=timeout, what=f"{process} of the kubelet tier to answer", interval=0.2)
-    return proc.pid
-
-
-def stop(shared: SharedLayout, process: str, timeout: float = 5.0) -> bool:
-    pid = running(shared, process)
-    if pid is None:
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while (
-        running(shared, process) is not None and Path(f"/proc/{pid}").exists() and time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    shared.pid_file(process).unlink(missing_ok=True)
-    return True
-
-
 # ------------------------------------------------------------------------------------------ registry
 def start_registry(shared: SharedLayout, binary: Path) -> str:
     """The tier's registry (kept running across ``cluster up`` calls); returns ``host:port``."""
     from llm_testbed.registry import LocalRegistry
 
-    if running(shared, "registry") is not None and shared.registry_address_file.is_file():
+    if shared.processes.running("registry") is not None and shared.registry_address_file.is_file():
         return shared.registry_address_file.read_text().strip()
     registry = LocalRegistry(binary, shared.registry_dir).start()
     assert registry.proc is not None
     (shared.root / "pids").mkdir(parents=True, exist_ok=True)
-    shared.pid_file("registry").write_text(f"{registry.proc.pid}\n")
+    shared.processes.pid_file("registry").write_text(f"{registry.proc.pid}\n")
     shared.registry_address_file.write_text(registry.address + "\n")
     return registry.address
 
@@ -193,7 +125,7 @@ def _http_ok(port: int, path: str) -> bool:
 
 
 def start_coredns(shared: SharedLayout, binary: Path, kubeconfig_text: str, timeout: float = 30.0) -> int:
-    pid = running(shared, "coredns")
+    pid = shared.processes.running("coredns")
     if pid is not None:
         return pid
     network.ensure_bridge(layout.DNS_INTERFACE, layout.DNS_ADDRESS, 32)
@@ -201,8 +133,8 @@ def start_coredns(shared: SharedLayout, binary: Path, kubeconfig_text: str, time
     kubeconfig.write_text(kubeconfig_text)
     port = free_port()
     shared.corefile.write_text(corefile(kubeconfig, port))
-    proc = _launch(shared, "coredns", [str(binary), "-conf", str(shared.corefile)])
-    return _wait_started(shared, "coredns", proc, lambda: _http_ok(port, "/ready"), timeout)
+    proc = shared.processes.launch("coredns", [str(binary), "-conf", str(shared.corefile)])
+    return shared.processes.wait_started("coredns", proc, lambda: _http_ok(port, "/ready"), timeout)
 
 
 # ------------------------------------------------------------------------------------------ kube-proxy
@@ -231,15 +163,15 @@ def start_kube_proxy(
     node_name: str,
     timeout: float = 30.0,
 ) -> int:
-    pid = running(shared, "kube-proxy")
+    pid = shared.processes.running("kube-proxy")
     if pid is not None:
         return pid
     kubeconfig = shared.root / "kube-proxy.kubeconfig"
     kubeconfig.write_text(kubeconfig_text)
     healthz, metrics = free_port(), free_port()
     argv = kube_proxy_argv(binary, kubeconfig, cluster_cidr, node_name, healthz, metrics)
-    proc = _launch(shared, "kube-proxy", argv)
-    return _wait_started(shared, "kube-proxy", proc, lambda: _http_ok(metrics, "/metrics"), timeout)
+    proc = shared.processes.launch("kube-proxy", argv)
+    return shared.processes.wait_started("kube-proxy", proc, lambda: _http_ok(metrics, "/metrics"), timeout)
 
 
 def client_kubeconfig(cluster_dir: Path, out_dir: Path, name: str, user: str, group: str = "") -> str:

@@ -257,7 +257,7 @@ class KubeletTier:
     def stop_kubelet(self, name: str) -> bool:
         """The kubelet stops; containerd and the node's containers go on (a partition)."""
         self._record(name)
-        return node.stop(self.layout(name), "kubelet")
+        return node.processes(self.layout(name)).stop("kubelet")
 
     def kill_node(self, name: str) -> int:
         """Kill the node's kubelet, containerd and containers at once, then remove its files."""
@@ -269,7 +269,7 @@ class KubeletTier:
     def process_states(self) -> dict[str, str]:
         """``running``/``stopped`` of each shared process and of each node's containerd and kubelet."""
         states = {
-            p: "running" if shared.running(self.shared, p) is not None else "stopped"
+            p: "running" if self.shared.processes.running(p) is not None else "stopped"
             for p in ("registry", "coredns", "kube-proxy")
         }
         for name in self.node_names():
@@ -294,7 +294,7 @@ class KubeletTier:
         for name in self.node_names():
             self.kill_node(name)
         for process in ("kube-proxy", "coredns", "registry"):
-            shared.stop(self.shared, process)
+            self.shared.processes.stop(process, timeout=5.0)
         network.delete_link(layout.DNS_INTERFACE)
         shutil.rmtree(self.shared.root, ignore_errors=True)
         (self.cluster_dir / TIER_MARK).unlink(missing_ok=True)
