@@ -18,6 +18,8 @@ from llm_testbed.localcluster.cluster import CLUSTER_TOOLS
 
 NODE_TIER_GROUPS = frozenset({"containerd", "kubenode", "coredns"})
 """The kubelet tier's tool groups: only its own tests wait for them."""
+ARGOCD_GROUPS = frozenset({"argocd"})
+"""Argo CD's tool group: only the argocd tests wait for it."""
 
 
 def tools_for(nodeid: str, markers: set[str]) -> tuple[str, ...]:
@@ -25,8 +27,13 @@ def tools_for(nodeid: str, markers: set[str]) -> tuple[str, ...]:
     if "cluster" in markers:
         if not nodeid.startswith("tests/integration/"):
             return (*CLUSTER_TOOLS, "helm")
-        kubelet = "kubelet" in nodeid
-        return tuple(t for g in tools.GROUPS if kubelet or g.name not in NODE_TIER_GROUPS for t in g.commands)
+        kubelet, argocd = "kubelet" in nodeid, "argocd" in nodeid
+        return tuple(
+            t
+            for g in tools.GROUPS
+            if (kubelet or g.name not in NODE_TIER_GROUPS) and (argocd or g.name not in ARGOCD_GROUPS)
+            for t in g.commands
+        )
     if "trainer" in markers:
         return ("etcd",)
     return ()

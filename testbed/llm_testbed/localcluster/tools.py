@@ -34,6 +34,7 @@ KARPENTER_VERSION = "v1.15.0"
 DISTRIBUTION_VERSION = "v3.1.2"
 CONTAINERD_VERSION = "v2.4.2"
 COREDNS_VERSION = "v1.15.0"
+ARGOCD_VERSION = "v3.6.1"
 # Karpenter's go.mod asks for Go >= 1.26.9; the go command fetches this exact toolchain through the Go
 # module proxy (about 76 MB, once per machine) when GOTOOLCHAIN names it (docs/decisions.md, "Karpenter").
 KARPENTER_TOOLCHAIN = "go1.27.3"
@@ -155,6 +156,16 @@ GROUPS: tuple[ToolGroup, ...] = (
         _kube_ldflags(),
     ),
     ToolGroup("coredns", COREDNS_VERSION, {"coredns": "./cmd/coredns"}),
+    # Argo CD core (llm_testbed.argocd): one binary that acts as argocd-application-controller or
+    # argocd-repo-server by ARGOCD_BINARY_NAME; built only for `cluster up --argocd` and the argocd tests.
+    ToolGroup(
+        "argocd",
+        ARGOCD_VERSION,
+        {"argocd": "github.com/argoproj/argo-cd/v3/cmd"},
+        [f"-X github.com/argoproj/argo-cd/v3/common.version={ARGOCD_VERSION.lstrip('v')}"],
+        toolchain=KARPENTER_TOOLCHAIN,
+        files=(ModuleFiles("github.com/argoproj/argo-cd/v3", ("manifests/crds/*-crd.yaml",), "crds"),),
+    ),
 )
 
 ALL_TOOLS: tuple[str, ...] = tuple(name for g in GROUPS for name in g.commands)
@@ -247,6 +258,22 @@ def _count_packages(group: ToolGroup, env: dict[str, str]) -> int:
     return max(1, len(result.stdout.splitlines())) if result.returncode == 0 else 1
 
 
+DOWNLOAD_ATTEMPTS = 3
+
+
+def _download_modules(group: ToolGroup, env: dict[str, str], log_path: Path) -> None:
+    """``go mod download``, tried again on failure: module downloads of large groups time out at times."""
+    for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+        with log_path.open("w") as log:
+            code = subprocess.run(
+                [_go(), "mod", "download"], cwd=group.module_dir, env=env, stdout=log, stderr=log, check=False
+            ).returncode
+        if code == 0:
+            return
+        _say(f"go mod download of {group.name} failed (try {attempt}/{DOWNLOAD_ATTEMPTS}): {log_path}")
+    raise ToolError(f"go mod download of {group.name} failed {DOWNLOAD_ATTEMPTS} times (log: {log_path})")
+
+
 def _build_group(group: ToolGroup, log_dir: Path) -> None:
     target = group_dir(group)
     if all((target / name).is_file() for name in group.commands):
@@ -255,6 +282,7 @@ def _build_group(group: ToolGroup, log_dir: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     env = go_env(group)
+    _download_modules(group, env, log_dir / f"download-{group.name}.log")
     total = _count_packages(group, env)
     log_path = log_dir / f"build-{group.name}.log"
     argv = [_go(), "build", "-v", *_build_flags(group), "-o", str(staging) + "/", *group.commands.values()]
