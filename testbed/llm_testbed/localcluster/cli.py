@@ -51,8 +51,8 @@ def _one_line_errors(command: str) -> Callable[[Handler], Handler]:
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     crds = paths.crds_dir()
     if args.kind:
-        if args.karpenter or args.kubelet:
-            raise LocalClusterError("--karpenter and --kubelet run on this machine: not with --kind")
+        if args.karpenter or args.kubelet or args.argocd:
+            raise LocalClusterError("--karpenter, --kubelet, --argocd run on this machine: not with --kind")
         kubectl = tools.ensure(["kubectl"])["kubectl"]
         nodes_wanted = DEFAULT_GPU_NODES if args.nodes is None else args.nodes
         kubeconfig = kind.up(args.name, nodes_wanted, args.cpu_nodes, kubectl, crds)
@@ -63,7 +63,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         if args.kubelet and args.karpenter:
             raise LocalClusterError("--karpenter launches kwok nodes: it cannot go with --kubelet")
         cluster.up(args.nodes, args.cpu_nodes, port=args.port, crds_dir=crds, run_pods=args.run_pods,
-                   containers=args.containers, karpenter=args.karpenter, kubelet=args.kubelet)  # fmt: skip
+                   containers=args.containers, karpenter=args.karpenter, kubelet=args.kubelet,
+                   argocd=args.argocd)  # fmt: skip
         kubeconfig = cluster.kubeconfig
     print(f"kubeconfig: {kubeconfig}")
     print(f"export KUBECONFIG={kubeconfig}")
@@ -247,6 +248,12 @@ def _register_cluster(subparsers: Any) -> None:
         action="store_true",
         help="the nodes are real: a kubelet and containerd each on this machine, CNI bridges, CoreDNS, "
         "kube-proxy, images from a local registry (root; builds the node tier's tools the first time)",
+    )
+    up.add_argument(
+        "--argocd",
+        action="store_true",
+        help="run Argo CD core (application controller, repo server, Redis) against the cluster, with a "
+        "local git repository to sync Applications from (builds Argo CD the first time: several minutes)",
     )
     up.add_argument(
         "--kind",

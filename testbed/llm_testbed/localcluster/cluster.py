@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llm_testbed import argocd as argocd_
 from llm_testbed import karpenter as karpenter_
 from llm_testbed.localcluster import chaos, kwokconfig, kwokctl, marks, nodes, paths, ports, progress, tools
 from llm_testbed.localcluster.errors import LocalClusterError
@@ -160,8 +161,14 @@ class LocalCluster:
         return karpenter_.daemon.log_path(karpenter_.daemon.state_dir(self.workdir))
 
     def volume_dir(self, pv_name: str) -> Path:
-        """The host folder the pod runner uses for a bound PersistentVolume (shared by every pod)."""
+        """The host folder of a bound PersistentVolume (shared by every pod): the pod runner's, or on
+        kubelet nodes the hostPath of the test bed's shared volume (``training.shared_volume``)."""
         from llm_testbed.podrunner.volumes import pv_dir
+
+        if self.runs_kubelets:
+            from llm_testbed.training import host_volume
+
+            return host_volume(pv_name)
 
         return Path(pv_dir(self.podrunner_dir, pv_name))
 
@@ -212,6 +219,7 @@ class LocalCluster:
         containers: bool = False,
         karpenter: bool | karpenter_.KarpenterSetup = False,
         kubelet: bool = False,
+        argocd: bool = False,
     ) -> bool:
         """Start (or resume) the cluster, add the nodes if it has none, install CRDs.
 
@@ -225,6 +233,8 @@ class LocalCluster:
         ``containers``: the runner's container mode (pods of locally built images run in containers).
         ``kubelet``: the nodes are real kubelets and containerd on this machine (``llm_testbed.kubeletnodes``)
         instead of kwok's fake nodes; a cluster keeps it.
+        ``argocd``: Argo CD core (application controller, repo server, Redis) runs against the cluster, with
+        a local git repository to sync from (:mod:`llm_testbed.argocd`); stopped by :meth:`down`.
         Returns ``False`` when the cluster was already running (nothing restarted, nodes untouched).
         """
         started = time.monotonic()
@@ -266,6 +276,10 @@ class LocalCluster:
                 self.name, self.kubeconfig, self.podrunner_dir, {"etcd": self.tools["etcd"]}, containers
             )
             say(f"local pod runner (pid {pid}) runs the pods; container logs under {self.podrunner_dir}/logs")
+        if argocd:
+            argocd_.start(self.kube, self.workdir)
+            repo = argocd_.GitRepo(argocd_.repo_dir(self.workdir)).init()
+            say(f"argocd core runs in namespace {argocd_.NAMESPACE}; commit manifests to {repo.url}")
         say(f"cluster {self.name} ready in {time.monotonic() - started:.1f}s")
         return fresh
 
@@ -407,6 +421,8 @@ class LocalCluster:
             say("kubelet nodes stopped: kubelet, containerd and containers killed, their files removed")
         if karpenter_.stop(self.workdir):
             say("karpenter stopped")
+        if argocd_.stop(self.workdir):
+            say("argocd stopped")
         if podrunner.stop(self.name, self.podrunner_dir):
             say("local pod runner stopped, pod processes killed")
         pids = self.component_pids()

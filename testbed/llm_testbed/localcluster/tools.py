@@ -164,7 +164,11 @@ GROUPS: tuple[ToolGroup, ...] = (
         {"argocd": "github.com/argoproj/argo-cd/v3/cmd"},
         [f"-X github.com/argoproj/argo-cd/v3/common.version={ARGOCD_VERSION.lstrip('v')}"],
         toolchain=KARPENTER_TOOLCHAIN,
-        files=(ModuleFiles("github.com/argoproj/argo-cd/v3", ("manifests/crds/*-crd.yaml",), "crds"),),
+        files=(
+            ModuleFiles("github.com/argoproj/argo-cd/v3", ("manifests/crds/*-crd.yaml",), "crds"),
+            # The repo server runs it for every commit it renders, GPG or not (Argo CD's image has it).
+            ModuleFiles("github.com/argoproj/argo-cd/v3", ("hack/git-verify-wrapper.sh",), "hack"),
+        ),
     ),
 )
 
