@@ -1,10 +1,11 @@
 -- Argo CD health check for elasticllm.dev/LLMTrainingJob.
 --
 -- Argo CD runs this with the live object in the global `obj` and reads `status` and `message` from the
--- table it returns. Only the sandboxed standard library is used (no os, io or require), and nothing
--- beyond Lua 5.1, the dialect of Argo CD's embedded VM. This file is the single source: the argocd-cm
--- snippets next to it are generated from it (deploy/argocd/render_health_config.py) and a test keeps
--- them in sync.
+-- table it returns. Argo CD's VM (gopher-lua, Lua 5.1) opens only the base, table and package libraries
+-- and a safe os: no string or math library, so numbers are rounded with % and joined with .. and
+-- tostring (tests/integration/test_argocd.py runs this script in a real Argo CD). This file is the
+-- single source: the argocd-cm snippets next to it are generated from it
+-- (deploy/argocd/render_health_config.py) and a test keeps them in sync.
 --
 -- Every phase the operator writes (LLMTrainingJob status.phase) has a status:
 --   Healthy      Succeeded (message: the Complete condition's); or Running with readyReplicas >= the
@@ -23,11 +24,21 @@
 
 local hs = {}
 
+-- The integer part of a number (math.floor without the math library).
+local function floor(value)
+  return value - value % 1
+end
+
+-- A whole number as text: "120", never "120.0".
+local function int(value)
+  return tostring(floor(value))
+end
+
 local function count(value)
   if type(value) ~= "number" then
     return 0
   end
-  return math.floor(value)
+  return floor(value)
 end
 
 local function condition(status, kind)
@@ -58,12 +69,12 @@ local function progress_of(status)
   if type(p.step) ~= "number" then
     return nil
   end
-  local text = string.format("step %d", math.floor(p.step))
+  local text = "step " .. int(p.step)
   if type(p.totalSteps) == "number" and p.totalSteps > 0 then
-    text = text .. string.format("/%d", math.floor(p.totalSteps))
+    text = text .. "/" .. int(p.totalSteps)
   end
   if type(p.goodput) == "number" then
-    text = text .. string.format(", goodput %d%%", math.floor(p.goodput * 100 + 0.5))
+    text = text .. ", goodput " .. int(p.goodput * 100 + 0.5) .. "%"
   end
   if type(p.eta) == "string" and p.eta ~= "" then
     text = text .. ", ETA " .. p.eta
@@ -149,18 +160,18 @@ end
 
 local ready = count(status.readyReplicas)
 local target = count(status.targetReplicas)
-local sizes = string.format("%d/%d workers ready", ready, desired)
+local sizes = int(ready) .. "/" .. int(desired) .. " workers ready"
 if target > 0 and target ~= desired then
-  sizes = sizes .. string.format(" (target %d)", target)
+  sizes = sizes .. " (target " .. int(target) .. ")"
 end
 
 if phase == "Pending" or phase == "Scaling" or phase == "Restarting" then
   hs.status = "Progressing"
   local restarts = count(status.restarts)
   if phase == "Restarting" and restarts > 0 then
-    hs.message = string.format("%s: %s, restart %d", phase, sizes, restarts)
+    hs.message = phase .. ": " .. sizes .. ", restart " .. int(restarts)
   else
-    hs.message = string.format("%s: %s", phase, sizes)
+    hs.message = phase .. ": " .. sizes
   end
   hs.message = with_progress(hs.message, status)
   return hs
@@ -170,7 +181,7 @@ if phase == "Running" then
   local degraded = condition(status, "Degraded")
   if ready < desired then
     hs.status = "Degraded"
-    hs.message = string.format("Running below the desired size: %s", sizes)
+    hs.message = "Running below the desired size: " .. sizes
     if degraded ~= nil and degraded.status == "True" and degraded.message ~= nil then
       hs.message = hs.message .. ": " .. degraded.message
     end
@@ -183,7 +194,7 @@ if phase == "Running" then
     return hs
   end
   hs.status = "Healthy"
-  hs.message = with_progress(string.format("Running: %s", sizes), status)
+  hs.message = with_progress("Running: " .. sizes, status)
   return hs
 end
 
