@@ -9,6 +9,7 @@ claim's volume is one host folder (``LocalCluster.volume_dir``) shared by every 
 from __future__ import annotations
 
 import copy
+import os
 import random
 import shutil
 import subprocess
@@ -39,6 +40,21 @@ _WORDS = (
 )
 
 
+def host_volume(pv_name: str) -> Path:
+    """The hostPath folder of the shared PersistentVolume: where real kubelets mount it (every node of the
+    kubelet tier is this machine, so it is shared like FSx); the pod runner keeps a folder of its own."""
+    return Path("/var/lib/elasticllm") / pv_name
+
+
+def share_with_group(folder: Path, gid: int) -> None:
+    """Make ``folder`` writable by the group ``gid`` (group-owned, group-writable, set-group-ID folders), as
+    a storage administrator prepares a share for non-root pods: a real kubelet does not apply a pod's
+    ``fsGroup`` to a hostPath volume (the pod runner does it for its own folders)."""
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, -1, gid)
+        path.chmod(path.stat().st_mode | (0o2070 if path.is_dir() else 0o060))
+
+
 def shared_volume(pv_name: str, namespace: str) -> list[dict[str, Any]]:
     """A PersistentVolume and the example's claim bound to it (the pod runner maps it to one folder)."""
     pv = {
@@ -50,7 +66,7 @@ def shared_volume(pv_name: str, namespace: str) -> list[dict[str, Any]]:
             "accessModes": ["ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Delete",
             "storageClassName": "",
-            "hostPath": {"path": f"/var/lib/elasticllm/{pv_name}", "type": "DirectoryOrCreate"},
+            "hostPath": {"path": str(host_volume(pv_name)), "type": "DirectoryOrCreate"},
             "claimRef": {"namespace": namespace, "name": CLAIM},
         },
     }

@@ -60,7 +60,14 @@ class Training:
         return training.records(self.volume)
 
     def wait_steps(
-        self, what: str, *, world: int, count: int, after: float = 0.0, without: Collection[str] = ()
+        self,
+        what: str,
+        *,
+        world: int,
+        count: int,
+        after: float = 0.0,
+        without: Collection[str] = (),
+        timeout: float = STEP_TIMEOUT,
     ) -> list[dict[str, Any]]:
         """Wait until ``count`` steps at world size ``world`` completed after wall time ``after``, by
         members none of which is in ``without`` (a lost member may still complete a step or two after
@@ -77,7 +84,7 @@ class Training:
             return hits if len(hits) >= count else None
 
         try:
-            found: list[dict[str, Any]] = wait_for(done, STEP_TIMEOUT, what, interval=0.5)
+            found: list[dict[str, Any]] = wait_for(done, timeout, what, interval=0.5)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{self.diagnostics()}") from None
         return found

@@ -118,11 +118,27 @@ def push(podman: Podman, local: str, registry: str, reference: str) -> str:
     """Push ``local`` (podman storage) to ``registry`` as ``reference`` (repository:tag); returns the
     pullable name ``<registry>/<reference>``."""
     remote = f"{registry}/{reference}"
-    argv = podman.argv("push", "--tls-verify=false", "--quiet", local, f"docker://{remote}")
+    # zstd: the trainer image is 6 GB, and gzip at push time costs minutes of this machine's two cores.
+    argv = podman.argv(
+        "push", "--tls-verify=false", "--quiet", "--compression-format=zstd", local, f"docker://{remote}"
+    )
     _check(
         subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600), f"pushing {remote}"
     )
     return remote
+
+
+def publish_built(podman: Podman, local: str, registry: str) -> str:
+    """Push an image of the builder's storage (``localhost/<repository>:<tag>``, what ``make images``
+    tags) to ``registry`` under the same repository and tag; pods keep naming it ``localhost/...``:
+    containerd sends ``localhost`` to the registry (``MIRRORED_REGISTRIES``)."""
+    host, _, reference = local.partition("/")
+    if host != "localhost" or not reference:
+        raise TierImageError(
+            f"{local} is not an image of the builder's storage (localhost/<repository>:<tag>)"
+        )
+    push(podman, local, registry, reference)
+    return local
 
 
 def publish(podman: Podman, image: ScratchImage, registry: str, reference: str | None = None) -> str:

@@ -20,6 +20,7 @@ import yaml
 from llm_testbed.kubeletnodes import layout, network, pki
 from llm_testbed.kubeletnodes.procs import Processes
 from llm_testbed.local_etcd import free_port
+from llm_testbed.localcluster.paths import cache_root
 
 COREDNS_ROLE = "system:coredns"
 COREDNS_RBAC: list[dict[str, Any]] = [
@@ -58,7 +59,9 @@ class SharedLayout:
 
     @property
     def registry_dir(self) -> Path:
-        return self.root / "registry"
+        """The registry's folder: in the cache, kept when the cluster goes, so an image pushed once (the
+        6 GB trainer image: about 2 minutes) is there for the next cluster (a second push: under a second)."""
+        return cache_root() / "kubelet-registry"
 
     @property
     def registry_address_file(self) -> Path:

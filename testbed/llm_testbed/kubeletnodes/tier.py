@@ -155,6 +155,10 @@ class KubeletTier:
             "etcd": images.publish(podman, etcd, registry, f"{RENDEZVOUS_REPOSITORY}:{rendezvous_tag}"),
         }
 
+    def publish_built_image(self, local: str) -> str:
+        """An image `make images` built, pushed to the registry; returns the name pods use (unchanged)."""
+        return images.publish_built(_podman(), local, self.registry())
+
     def sandbox_image(self) -> str:
         return (self.shared.root / "sandbox-image").read_text().strip()
 
