@@ -20,7 +20,7 @@ from pathlib import Path
 
 from llm_testbed.kubeletnodes import configs, network
 from llm_testbed.kubeletnodes.layout import NodeLayout
-from llm_testbed.kubeletnodes.procs import Processes, alive
+from llm_testbed.kubeletnodes.procs import Processes, alive, reap
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CONTAINERD_START_TIMEOUT_S = 30.0
@@ -166,6 +166,8 @@ def kill_all(node: NodeLayout, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
+    for pid in pids:
+        reap(pid)
     for process in PROCESSES:
         processes(node).pid_file(process).unlink(missing_ok=True)
     return len(pids)

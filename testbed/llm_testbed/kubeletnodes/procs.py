@@ -38,6 +38,13 @@ def alive(pid: int) -> bool:
     return bool(fields) and fields[0] != "Z"
 
 
+def reap(pid: int) -> None:
+    """Collect ``pid``'s exit status if it is our child (a process started by this Python process and
+    killed would otherwise stay a zombie until we exit)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
 def _parent(pid: int) -> int:
     fields = _stat_fields(pid)
     return int(fields[1]) if len(fields) > 1 else 0
@@ -113,5 +120,8 @@ class Processes:
         if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            while alive(pid) and time.monotonic() < deadline + timeout:
+                time.sleep(0.05)
+        reap(pid)
         self.pid_file(name).unlink(missing_ok=True)
         return True

@@ -59,8 +59,13 @@ class SharedLayout:
 
     @property
     def registry_dir(self) -> Path:
-        """The registry's folder: in the cache, kept when the cluster goes, so an image pushed once (the
-        6 GB trainer image: about 2 minutes) is there for the next cluster (a second push: under a second)."""
+        """The registry's folder (configuration, log); its ``storage`` is :attr:`registry_storage`."""
+        return self.root / "registry"
+
+    @property
+    def registry_storage(self) -> Path:
+        """The registry's blobs: in the cache, kept when the cluster goes, so an image pushed once (the 6 GB
+        trainer image: about 2 minutes) is there for the next cluster (a second push: under a second)."""
         return cache_root() / "kubelet-registry"
 
     @property
@@ -83,6 +88,11 @@ def start_registry(shared: SharedLayout, binary: Path) -> str:
 
     if shared.processes.running("registry") is not None and shared.registry_address_file.is_file():
         return shared.registry_address_file.read_text().strip()
+    shared.registry_storage.mkdir(parents=True, exist_ok=True)
+    shared.registry_dir.mkdir(parents=True, exist_ok=True)
+    link = shared.registry_dir / "storage"  # where LocalRegistry keeps its blobs
+    if not link.is_symlink():
+        link.symlink_to(shared.registry_storage, target_is_directory=True)
     registry = LocalRegistry(binary, shared.registry_dir).start()
     assert registry.proc is not None
     (shared.root / "pids").mkdir(parents=True, exist_ok=True)
