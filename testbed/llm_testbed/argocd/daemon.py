@@ -61,7 +61,7 @@ def _alive(pid: int | None, binary: str) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
-    return state != "Z" and exe.name == binary
+    return state != "Z" and exe.name.removesuffix(" (deleted)") == binary  # a rebuilt tool: still ours
 
 
 def _binary(process: str) -> str:

@@ -1,0 +1,261 @@
+"""GitOps through a real Argo CD: the chart and a job synced from git, health computed by Argo CD.
+
+Argo CD core (application controller, repo server, Redis: :mod:`llm_testbed.argocd`) runs against the
+process-mode cluster, whose pods run for real, and syncs from a git repository in the test's folder. Two
+Applications, with the sync options and ignoreDifferences of the ones the project ships
+(deploy/argocd/operator-application.yaml and jobs-application.yaml):
+
+1. ``jobs``: a training job from git, synced before any operator runs. Argo CD's health for it, computed
+   by deploy/argocd/health.lua in the controller's own Lua VM, is Progressing.
+2. ``operator``: the chart from git; the operator pod runs, the Application is Synced and Healthy, and the
+   job's health goes Healthy while it trains.
+3. The jobs Application stays Synced for 2 minutes of training: no diff from the API server's defaults
+   or the operator's status writes.
+4. A new release in git (the chart's version and appVersion): Argo CD rolls the operator, and the job
+   trains on in the same worker pods.
+5. With ``prune: true``, a CRD removed from git and then the chart's Application deleted leave every CRD
+   and the running job in place.
+6. A short job committed to git finishes: Argo CD shows it Healthy with the operator's message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from llm_testbed import argocd, training
+from llm_testbed.argocd import apps
+from llm_testbed.localcluster.cluster import LocalCluster
+from llm_testbed.localcluster.paths import repo_root
+from llm_testbed.localcluster.waiting import WaitTimeout, poll
+from support.wait import wait_for
+
+from .e2e_support import JOB, STEP_TIMEOUT, Training
+
+pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(900)]
+
+ROOT = repo_root()
+CHART = "charts/elastic-llm-operator"
+OPERATOR_APP, JOBS_APP = "operator", "jobs"
+SYNC_TIMEOUT = 240.0
+SYNCED_WINDOW_S = 120.0
+SHORT_JOB = "short"
+NEW_VERSION = "0.1.1-argocd"
+CRD_REMOVED = "elasticllm.dev_llmtrainingruntimes.yaml"
+T = TypeVar("T")
+CRD_NAMES = ("llmtrainingjobs.elasticllm.dev", "llmtrainingruntimes.elasticllm.dev")
+
+
+def _shipped(name: str) -> dict[str, Any]:
+    """The spec of an Application the project ships (deploy/argocd/<name>)."""
+    spec: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "argocd" / name).read_text())["spec"]
+    return spec
+
+
+def _like_shipped(app: dict[str, Any], shipped: str) -> dict[str, Any]:
+    """``app`` with the sync policy and ignoreDifferences of the shipped Application."""
+    spec = _shipped(shipped)
+    app["spec"]["syncPolicy"] = spec["syncPolicy"]
+    app["spec"]["ignoreDifferences"] = spec.get("ignoreDifferences", [])
+    return app
+
+
+class ArgoWorld:
+    """Argo CD on the process cluster, the git repository it syncs from, and the job's world."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, folder: Path) -> None:
+        self.cluster, self.ns = cluster, namespace
+        self.git = argocd.GitRepo(folder / "git").init()
+        self.t = Training(cluster, namespace, self)  # type: ignore[arg-type]
+
+    def logs(self) -> str:
+        """The operator pods' logs and Argo CD's, for a failure's diagnostics."""
+        text = []
+        for pod in self.cluster.kube.items("pods", "-l", f"app.kubernetes.io/instance={OPERATOR_APP}",
+                                           namespace=self.ns):  # fmt: skip
+            path = self.cluster.pod_log(self.ns, pod["metadata"]["name"])
+            if path.is_file():
+                text.append(f"--- {pod['metadata']['name']} ---\n{path.read_text(errors='replace')[-2000:]}")
+        folder = argocd.daemon.state_dir(self.cluster.workdir)
+        for process in ("controller", "repo-server"):
+            text.append(f"--- argocd {process} ---\n{argocd.daemon.log_tail(folder / f'{process}.log', 20)}")
+        return "\n".join(text)
+
+    def app(self, name: str) -> dict[str, Any] | None:
+        return apps.get(self.cluster.kube, name)
+
+    def commit(self, message: str, *names: str) -> str:
+        sha = self.git.commit(message)
+        for name in names:
+            apps.refresh(self.cluster.kube, name)
+        return sha
+
+    def wait(
+        self, fn: Callable[[], T | None], what: str, details: Callable[[], str], timeout: float = SYNC_TIMEOUT
+    ) -> T:
+        """``fn``'s first truthy value; else fail naming ``what``, with ``details()`` and Argo CD's logs."""
+        try:
+            found = poll(fn, timeout=timeout, what=what, interval=1.0)
+        except WaitTimeout as exc:
+            pytest.fail(f"{exc}\n{details()}\n{self.logs()}", pytrace=False)
+        assert found is not None  # poll returns a truthy value
+        return found
+
+    def wait_synced_healthy(self, name: str, revision: str, what: str) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            app = self.app(name)
+            s = apps.state(app)
+            return app if s.synced_healthy and s.revision == revision and s.operation != "Running" else None
+
+        return self.wait(done, what, lambda: str(apps.state(self.app(name))))
+
+    def job_health(self, job: str = JOB) -> tuple[str, str]:
+        return apps.resource_health(self.app(JOBS_APP), "LLMTrainingJob", job)
+
+
+@pytest.fixture
+def world(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[ArgoWorld]:
+    kube = process_cluster.kube
+    argocd.start(kube, process_cluster.workdir)
+    w = ArgoWorld(process_cluster, process_namespace, tmp_path)
+    w.t.setup_volume()
+    try:
+        yield w
+    finally:
+        for name in (JOBS_APP, OPERATOR_APP):  # without the resources finalizer: nothing is cascaded
+            kube.run("delete", "applications.argoproj.io", name, "-n", argocd.NAMESPACE, "--wait=true",
+                     "--timeout=60s", "--ignore-not-found", check=False)  # fmt: skip
+        argocd.stop(process_cluster.workdir)
+        # The jobs while their operator runs (kopf's finalizer), then the operator and its cluster objects.
+        kube.run("delete", "llmtrainingjob", "--all", "-n", process_namespace, "--wait=true", "--timeout=60s",
+                 check=False)  # fmt: skip
+        kube.run("delete", "deployment", "--all", "-n", process_namespace, "--wait=false", check=False)
+        instance = f"app.kubernetes.io/instance={OPERATOR_APP}"
+        kube.run("delete", "clusterrole,clusterrolebinding", "-l", instance, check=False)
+        kube.run("delete", "pv", w.t.pv, "--wait=false", check=False)
+        # Whatever happened, the cluster's CRDs are the working tree's again for the tests after this one.
+        process_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+
+
+def _operator_values(namespace: str) -> dict[str, Any]:
+    return {
+        "replicaCount": 1,
+        "watch": {"allNamespaces": False, "namespaces": [namespace]},
+        "extraEnv": [{"name": "LLMJOB_PROGRESS_SECONDS", "value": "5"}],
+    }
+
+
+def _operator_pod(w: ArgoWorld) -> dict[str, Any] | None:
+    """The one Ready operator pod (none while a rollout has two)."""
+    pods = [p for p in w.cluster.kube.items("pods", "-l", f"app.kubernetes.io/instance={OPERATOR_APP}",
+                                             namespace=w.ns)
+            if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+    statuses = (pods[0].get("status", {}).get("containerStatuses") or []) if len(pods) == 1 else []
+    return pods[0] if any(s.get("ready") for s in statuses) else None
+
+
+def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
+    w, kube = world, world.cluster.kube
+    t = w.t
+
+    # 1. Both Applications at once, as a platform repository would hold them: the job's Application syncs
+    # first, and Argo CD shows the job Progressing (no operator has picked it up yet), never Unknown.
+    w.git.copy_tree(ROOT / CHART, "chart")
+    w.git.write("jobs/train.yaml", yaml.safe_dump(training.training_job(JOB, w.ns, minimum=1, maximum=2,
+                                                                        steps=100000)))  # fmt: skip
+    first = w.commit("the chart and a training job")
+    jobs = argocd.application(JOBS_APP, w.git.url, "jobs", w.ns)
+    kube.apply([_like_shipped(jobs, "jobs-application.yaml")])
+    seen: list[str] = []
+
+    def job_health_is(wanted: str, text: str) -> bool:
+        status, message = w.job_health()
+        if status and (not seen or seen[-1] != status):
+            seen.append(status)
+        return status == wanted and text in message
+
+    wait_for(lambda: job_health_is("Progressing", "Waiting for the operator"), SYNC_TIMEOUT,
+             "Argo CD to show the job Progressing before an operator runs", interval=0.5)  # fmt: skip
+
+    # 2. The chart from git: Argo CD renders it, the operator runs and trains the job; the job goes Healthy.
+    app = argocd.application(OPERATOR_APP, w.git.url, "chart", w.ns, helm_values=_operator_values(w.ns))
+    kube.apply([_like_shipped(app, "operator-application.yaml")])
+    w.wait_synced_healthy(OPERATOR_APP, first, "the operator's Application Synced and Healthy")
+    operator_before = wait_for(lambda: _operator_pod(w), STEP_TIMEOUT, "the operator pod Ready")
+    wait_for(lambda: job_health_is("Healthy", "2/2 workers ready"), STEP_TIMEOUT,
+             "Argo CD to show the job Healthy at 2/2", interval=0.5)  # fmt: skip
+    # Missing until the first sync creates it; never Unknown (what a health script error reads as).
+    assert set(seen) <= {"Missing", "Progressing", "Healthy"}, seen
+    t.wait_steps("5 steps at world size 2", world=2, count=5)
+    w.wait_synced_healthy(JOBS_APP, first, "the jobs Application Synced and Healthy")
+
+    # 3. Synced for 2 minutes of training: the API server's defaults and the operator's writes make no diff.
+    workers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()}
+    started, step_then = time.monotonic(), (t.status().get("progress") or {}).get("step", 0)
+    states: list[str] = []
+
+    def sampled_the_window() -> bool:
+        states.append(apps.state(w.app(JOBS_APP)).sync)
+        return time.monotonic() - started >= SYNCED_WINDOW_S
+
+    wait_for(sampled_the_window, SYNCED_WINDOW_S + 60, "2 minutes of sync status samples", interval=2.0)
+    assert set(states) == {"Synced"}, states
+    assert (t.status().get("progress") or {}).get("step", 0) > step_then, t.status()
+
+    # 4. A new release in git (the chart's version and appVersion, as `make release` bumps both): Argo CD
+    # rolls the operator to the new image tag, and the job trains on in the same worker pods.
+    chart_yaml = yaml.safe_load((w.git.path / "chart" / "Chart.yaml").read_text())
+    chart_yaml["version"] = chart_yaml["appVersion"] = NEW_VERSION
+    w.git.write("chart/Chart.yaml", yaml.safe_dump(chart_yaml, sort_keys=False))
+    bumped = w.commit("a new release of the chart", OPERATOR_APP)
+    w.wait_synced_healthy(OPERATOR_APP, bumped, "Argo CD to sync the new release")
+    new_pod = wait_for(
+        lambda: (p := _operator_pod(w)) and p["metadata"]["uid"] != operator_before["metadata"]["uid"] and p,
+        STEP_TIMEOUT, "the new operator pod alone and Ready",
+    )  # fmt: skip
+    assert new_pod["spec"]["containers"][0]["image"].endswith(f":{NEW_VERSION}"), new_pod["spec"]
+    serving_at = time.time()
+    t.wait_steps("5 steps at world size 2 after the upgrade", world=2, count=5, after=serving_at)
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()} == workers, "workers restarted"
+
+    # 5. prune: true, yet a CRD removed from git and the chart's Application deleted leave the CRDs and jobs.
+    w.git.remove(f"chart/crds/{CRD_REMOVED}")
+    pruned = w.commit("a CRD removed from git", OPERATOR_APP)
+    wait_for(lambda: apps.state(w.app(OPERATOR_APP)).revision == pruned
+             and apps.state(w.app(OPERATOR_APP)).operation == "Succeeded", SYNC_TIMEOUT,
+             "Argo CD to sync the chart without the CRD")  # fmt: skip
+    kube.run("delete", "applications.argoproj.io", OPERATOR_APP, "-n", argocd.NAMESPACE, "--wait=true",
+             "--timeout=60s")  # fmt: skip
+    for crd in CRD_NAMES:
+        assert kube.get("crd", crd) is not None, f"{crd} was deleted"
+    assert kube.get("llmtrainingjob", JOB, w.ns) is not None
+    t.wait_steps("5 steps after the chart's Application was deleted", world=2, count=5, after=time.time())
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()} == workers, "workers restarted"
+
+    # 6. A finished job shows Healthy with the operator's message. The long job leaves git and the cluster
+    # (the shipped jobs Application does not prune) to free the nodes.
+    short = training.training_job(SHORT_JOB, w.ns, minimum=1, maximum=1, steps=3)
+    short["spec"]["checkpointDir"] = "/shared/checkpoints/short"
+    w.git.remove("jobs/train.yaml")
+    w.git.write(f"jobs/{SHORT_JOB}.yaml", yaml.safe_dump(short))
+    w.commit("the long job replaced by a short one", JOBS_APP)
+    kube.run("delete", "llmtrainingjob", JOB, "-n", w.ns, "--wait=true", "--timeout=120s")
+
+    def shown_finished() -> tuple[str, str, str] | None:
+        """(phase, Complete's message, Argo CD's health: message) once Argo CD shows the job finished."""
+        job_status = (kube.get("llmtrainingjob", SHORT_JOB, w.ns) or {}).get("status") or {}
+        complete: dict[str, Any] = next(
+            (c for c in job_status.get("conditions") or [] if c.get("type") == "Complete"), {}
+        )
+        status, message = w.job_health(SHORT_JOB)
+        seen = (str(job_status.get("phase")), str(complete.get("message", "")), f"{status}: {message}")
+        done = seen[0] == "Succeeded" and seen[1] and seen[2].startswith(f"Healthy: {seen[1]}")
+        return seen if done else None
+
+    w.wait(shown_finished, "the short job Succeeded, Healthy in Argo CD with its Complete message",
+           lambda: f"{(kube.get('llmtrainingjob', SHORT_JOB, w.ns) or {}).get('status')}; "
+                   f"{w.job_health(SHORT_JOB)}")  # fmt: skip
