@@ -92,3 +92,18 @@ def test_scratch_images_and_corefile(tmp_path: Path) -> None:
     corefile = shared.corefile(Path("/k/coredns.kubeconfig"), 8181)
     assert f"bind {layout.DNS_ADDRESS}" in corefile and "kubernetes cluster.local" in corefile
     assert "kubeconfig /k/coredns.kubeconfig local" in corefile and "ready 127.0.0.1:8181" in corefile
+
+
+def test_a_kubelet_cluster_lets_the_api_server_reach_kubelets_and_keeps_kwok_off_them() -> None:
+    from llm_testbed.localcluster import kwokconfig
+
+    plain = kwokconfig.kwokctl_configuration(kwokconfig.KwokctlSettings())
+    assert {p["name"] for p in plain["componentsPatches"]} == {"kube-controller-manager", "kube-scheduler"}
+    config = kwokconfig.kwokctl_configuration(kwokconfig.KwokctlSettings(kubelet_client_pki="/c/pki"))
+    patches = {p["name"]: {a["key"]: a["value"] for a in p["extraArgs"]} for p in config["componentsPatches"]}
+    assert patches["kube-apiserver"] == {
+        "kubelet-client-certificate": "/c/pki/admin.crt",
+        "kubelet-client-key": "/c/pki/admin.key",
+        "kubelet-preferred-address-types": "InternalIP",
+    }
+    assert patches["kwok-controller"]["manage-all-nodes"] == "false"
