@@ -15,7 +15,8 @@ Applications, with the sync options and ignoreDifferences of the ones the projec
    trains on in the same worker pods.
 5. With ``prune: true``, a CRD removed from git and then the chart's Application deleted leave every CRD
    and the running job in place.
-6. A short job committed to git finishes: Argo CD shows it Healthy with the operator's message.
+6. A node loss shows in Argo CD's health and clears once the job is whole again on a new node.
+7. A short job committed to git finishes: Argo CD shows it Healthy with the operator's message.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pytest
 import yaml
 from llm_testbed import argocd, training
 from llm_testbed.argocd import apps
+from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.paths import repo_root
 from llm_testbed.localcluster.waiting import WaitTimeout, poll
@@ -236,7 +238,21 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     t.wait_steps("5 steps after the chart's Application was deleted", world=2, count=5, after=time.time())
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()} == workers, "workers restarted"
 
-    # 6. A finished job shows Healthy with the operator's message. The long job leaves git and the cluster
+    # 6. A node loss shows in Argo CD (below the desired size, or rescheduling) and clears on a new node.
+    victim = next(p["spec"]["nodeName"] for p in t.workers() if p["metadata"]["name"] == f"{JOB}-worker-1")
+    chaos.node_not_ready(victim, kube=kube, wait=False)
+    lost = ("Degraded", "Progressing")
+    w.wait(
+        lambda: any(job_health_is(s, "") for s in lost),
+        "Argo CD to show the loss",
+        lambda: str(w.job_health()),
+    )
+    chaos.add_node(kind="gpu", kube=kube)
+    w.wait(lambda: job_health_is("Healthy", "2/2 workers ready"), "Argo CD to show the job whole again",
+           lambda: str(w.job_health()), timeout=STEP_TIMEOUT)  # fmt: skip
+    assert "Unknown" not in seen, seen
+
+    # 7. A finished job shows Healthy with the operator's message. The long job leaves git and the cluster
     # (the shipped jobs Application does not prune) to free the nodes.
     short = training.training_job(SHORT_JOB, w.ns, minimum=1, maximum=1, steps=3)
     short["spec"]["checkpointDir"] = "/shared/checkpoints/short"
