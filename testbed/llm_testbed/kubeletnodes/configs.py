@@ -159,11 +159,13 @@ def kubelet_config(
         "registerWithTaints": taints,
         "nodeStatusUpdateFrequency": f"{status_update_s}s",
         "nodeLeaseDurationSeconds": lease_duration_s,
+        # Every node's file system is this machine's one disk: a share of it (1% = 2.6 GB here) evicted every
+        # pod of every node at once while other work filled the disk; only a nearly full disk should.
         "evictionHard": {
             "memory.available": "100Mi",
-            "nodefs.available": "1%",
+            "nodefs.available": "512Mi",
             "nodefs.inodesFree": "1%",
-            "imagefs.available": "1%",
+            "imagefs.available": "512Mi",
         },
         "serializeImagePulls": False,
         "maxPods": 110,
