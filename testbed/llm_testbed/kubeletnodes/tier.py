@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -297,8 +298,12 @@ class KubeletTier:
         """Every node killed and removed, the shared processes stopped, the tier's folder deleted."""
         for name in self.node_names():
             self.kill_node(name)
+        proxy = self.shared.processes.running("kube-proxy")
+        proxy_binary = Path(f"/proc/{proxy}/exe").resolve() if proxy is not None else None
         for process in ("kube-proxy", "coredns", "registry"):
             self.shared.processes.stop(process, timeout=5.0)
+        if proxy_binary is not None and proxy_binary.is_file():  # its KUBE-* chains go with it
+            subprocess.run([str(proxy_binary), "--cleanup"], capture_output=True, check=False, timeout=60)
         network.delete_link(layout.DNS_INTERFACE)
         shutil.rmtree(self.shared.root, ignore_errors=True)
         (self.cluster_dir / TIER_MARK).unlink(missing_ok=True)
