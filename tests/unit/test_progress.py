@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from llm_elastic import contract
 from llm_operator.control.scrape import ProgressTracker, Sample, parse_sample, probe_interval, probe_targets
 from llm_operator.observe import format_time
 from llm_operator.policy.progress import Progress, assess_progress
@@ -70,7 +71,8 @@ def test_parse_sample_from_exposition_text() -> None:
         'llm_trainer_last_step_timestamp_seconds{job="llama",rank="0"} 1.7e9\n'
         "llm_trainer_loss 2.5\n"
     )
-    assert parse_sample(text) == Sample(42, 1.7e9, loss=2.5)
+    # No llm_trainer_contract_version gauge: a runtime from before the contract was versioned (0.1.0).
+    assert parse_sample(text) == Sample(42, 1.7e9, loss=2.5, contract_version=contract.UNANNOUNCED_VERSION)
     full = "".join(
         f'llm_trainer_{name}{{job="llama",rank="0"}} {value}\n'
         for name, value in (
@@ -97,8 +99,12 @@ def test_parse_sample_from_exposition_text() -> None:
         last_saved_step=110,
         last_saved_timestamp=1.7e9 - 5,
         world_size=16,
+        contract_version=contract.UNANNOUNCED_VERSION,
     ), "one scrape serves hang detection, status.progress and status.members"
-    assert parse_sample("llm_trainer_loss NaN\nllm_trainer_step 3\n") == Sample(3, 0.0), "NaN is not served"
+    unannounced = contract.UNANNOUNCED_VERSION
+    assert parse_sample("llm_trainer_loss NaN\nllm_trainer_step 3\n") == Sample(
+        3, 0.0, contract_version=unannounced
+    ), "NaN is not served"
     assert parse_sample("other_metric 1\n") is None
     assert parse_sample("not { prometheus") is None
 
