@@ -104,6 +104,7 @@ def runner_paths(env: dict[str, str]) -> list[str]:
 
 def hidden_by(targets: list[str], paths: list[str]) -> list[str]:
     """The ``paths`` that a mount at one of ``targets`` (a folder at or above them) would cover."""
+
     def under(path: str, target: str) -> bool:
         return path == target or path.startswith(target.rstrip("/") + "/")
 
