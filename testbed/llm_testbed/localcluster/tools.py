@@ -403,8 +403,8 @@ def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
         log_dir.mkdir(parents=True, exist_ok=True)
         _say(f"building the local control plane tools this machine lacks: {', '.join(missing_groups)}")
         for group in build_order(missing_groups.values()):
-            lock = _lock_path(group)
-            with locked(lock, lambda g=group: _say(f"another process is building {g.name}; waiting for it")):
+            waiting = f"another process is building {group.name}; waiting for it"
+            with locked(_lock_path(group), lambda: _say(waiting)):  # noqa: B023 - used before the loop moves on
                 _build_group(group, log_dir)
         for tool in wanted:
             found.setdefault(tool, group_dir(_group_of(tool)) / tool)
