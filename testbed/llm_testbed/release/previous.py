@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_testbed.release.errors import ReleaseError
+from llm_testbed.release.untar import extract_all
 
 CHANGELOG = "CHANGELOG.md"
 _SECTION = re.compile(r"^## \[(?P<version>\d+\.\d+\.\d+[^\]]*)\]", re.MULTILINE)
@@ -64,5 +65,5 @@ def export_tree(root: Path, commit: str, paths: list[str], dest: Path) -> Path:
         )
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+        extract_all(tar, dest)
     return dest

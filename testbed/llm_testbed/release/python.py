@@ -20,6 +20,7 @@ from pathlib import Path
 
 from llm_testbed.images.steps import run_step
 from llm_testbed.release.errors import ReleaseError
+from llm_testbed.release.untar import extract_all
 
 TOPIC = "release"
 LICENSE = "LICENSE"
@@ -131,7 +132,7 @@ def build(root: Path, package: PythonPackage, version: str, dest: Path, work: Pa
     unpacked = work / "sdist" / package.name
     unpacked.mkdir(parents=True)
     with tarfile.open(sdist) as archive:
-        archive.extractall(unpacked, filter="data")
+        extract_all(archive, unpacked)
     (top,) = list(unpacked.iterdir())
     _backend("wheel", top, out, logs / f"wheel-{package.name}.log")
     wheel = _one(out, f"*-{version}-*.whl", f"wheel of {package.name} {version}")
