@@ -16,10 +16,8 @@ import pytest
 from llm_testbed.localcluster import tools
 from llm_testbed.localcluster.cluster import CLUSTER_TOOLS
 
-NODE_TIER_GROUPS = frozenset({"containerd", "kubenode", "coredns"})
-"""The kubelet tier's tool groups: only its own tests wait for them."""
-ARGOCD_GROUPS = frozenset({"argocd"})
-"""Argo CD's tool group: only the argocd tests wait for it."""
+OWN_TESTS_ONLY = {"containerd": "kubelet", "kubenode": "kubelet", "coredns": "kubelet", "argocd": "argocd"}
+"""Tool groups that only the tests whose node id holds the word wait for (the kubelet tier's, Argo CD's)."""
 
 
 def tools_for(nodeid: str, markers: set[str]) -> tuple[str, ...]:
@@ -27,12 +25,8 @@ def tools_for(nodeid: str, markers: set[str]) -> tuple[str, ...]:
     if "cluster" in markers:
         if not nodeid.startswith("tests/integration/"):
             return (*CLUSTER_TOOLS, "helm")
-        kubelet, argocd = "kubelet" in nodeid, "argocd" in nodeid
         return tuple(
-            t
-            for g in tools.GROUPS
-            if (kubelet or g.name not in NODE_TIER_GROUPS) and (argocd or g.name not in ARGOCD_GROUPS)
-            for t in g.commands
+            t for g in tools.GROUPS if OWN_TESTS_ONLY.get(g.name, "tests/") in nodeid for t in g.commands
         )
     if "trainer" in markers:
         return ("etcd",)
