@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_elastic.contract import METRICS_PORT
+from llm_elastic.rendezvous.etcd_auth import Credentials
 
 from llm_operator.policy.brake import BrakeLimits
 from llm_operator.policy.tenancy import TenantPolicy
@@ -43,6 +44,19 @@ DEFAULT_OPERATOR_POD_LABELS: dict[str, str] = {
     "app.kubernetes.io/name": "elastic-llm-operator",
     "app.kubernetes.io/component": "operator",
 }
+
+
+@dataclass(frozen=True)
+class EtcdAuth:
+    """The operator's etcd auth settings (LLMJOB_ETCD_AUTH_KEY and the shared etcd's)."""
+
+    key: bytes = field(repr=False)
+    """What the passwords are derived from (the chart's generated Secret)."""
+    shared_endpoint: str = ""
+    """The shared etcd's endpoint exactly as jobs name it in ``spec.rendezvous.endpoint``; only there are
+    the root credentials used (never sent to an etcd a job chose)."""
+    shared_root: Credentials | None = None
+    """Root of the shared etcd (the platform team's Secret); None: jobs naming an endpoint get no user."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,9 @@ class Settings:
     health_brake: BrakeLimits = field(default_factory=BrakeLimits)
     """The brake on node marking and health replacements (LLMJOB_NODE_HEALTH_BRAKE, a JSON object with
     maxMarkedShare and maxReplacementsPerMinute: the chart's nodeHealth)."""
+    etcd_auth: EtcdAuth | None = None
+    """Each etcd-v3 job gets its own etcd user (LLMJOB_ETCD_AUTH_KEY and the shared etcd's endpoint and root
+    credentials: the chart's rendezvous.auth; unset: no etcd auth, ``builders.etcd_auth``)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -117,6 +134,7 @@ class Settings:
             gc_thaw_seconds=_seconds(env, "LLMJOB_GC_THAW_SECONDS", DEFAULT_GC_THAW_SECONDS),
             tenant_policy=tenant_policy(env),
             health_brake=health_brake(env),
+            etcd_auth=etcd_auth(env),
         )
 
 
@@ -216,3 +234,31 @@ def health_brake(env: dict[str, str]) -> BrakeLimits:
             f"LLMJOB_NODE_HEALTH_BRAKE: maxReplacementsPerMinute must be an int >= 0, not {rate!r}"
         )
     return BrakeLimits(float(share), rate)
+
+
+AUTH_KEY_ENV = "LLMJOB_ETCD_AUTH_KEY"
+SHARED_ETCD_ENV = "LLMJOB_SHARED_ETCD_ENDPOINT"
+SHARED_ROOT_USER_ENV = "LLMJOB_SHARED_ETCD_ROOT_USER"
+SHARED_ROOT_PASSWORD_ENV = "LLMJOB_SHARED_ETCD_ROOT_PASSWORD"  # noqa: S105 (a variable name)
+
+
+def etcd_auth(env: dict[str, str]) -> EtcdAuth | None:
+    """LLMJOB_ETCD_AUTH_KEY (at least 16 characters) turns etcd auth on; the shared etcd's endpoint, root
+    user and password come with it or not at all. Unset: no etcd auth."""
+    key = env.get(AUTH_KEY_ENV, "").strip()
+    shared = {name: env.get(name, "").strip() for name in (SHARED_ETCD_ENV, SHARED_ROOT_USER_ENV)}
+    password = env.get(SHARED_ROOT_PASSWORD_ENV, "")
+    if not key:
+        if any(shared.values()) or password:
+            raise ValueError(f"{SHARED_ETCD_ENV} and its root credentials need {AUTH_KEY_ENV} (etcd auth on)")
+        return None
+    if len(key) < 16:
+        raise ValueError(f"{AUTH_KEY_ENV} must be at least 16 characters, got {len(key)}")
+    given = [name for name, value in (*shared.items(), (SHARED_ROOT_PASSWORD_ENV, password)) if value]
+    if given and len(given) < 3:
+        raise ValueError(
+            f"{SHARED_ETCD_ENV}, {SHARED_ROOT_USER_ENV} and {SHARED_ROOT_PASSWORD_ENV} go together; "
+            f"only {', '.join(given)} set"
+        )
+    root = Credentials(shared[SHARED_ROOT_USER_ENV], password) if given else None
+    return EtcdAuth(key.encode(), shared[SHARED_ETCD_ENV], root)

@@ -72,6 +72,10 @@ POD_IP_ENV = "LLMJOB_POD_IP"
 JOB_ENV = "LLMJOB_JOB_NAME"
 INDEX_ENV = "LLMJOB_REPLICA_INDEX"
 ATTEMPT_ENV = "LLMJOB_ATTEMPT"
+ETCD_USER_ENV = "LLMJOB_ETCD_USER"
+"""The job's own etcd user (etcd auth on; llm_elastic.rendezvous.etcd_auth)."""
+ETCD_PASSWORD_FILE_ENV = "LLMJOB_ETCD_PASSWORD_FILE"  # noqa: S105 (a variable name)
+"""A file holding that user's password: the job's Secret, mounted into its workers only."""
 
 # The etcd keys the operator reads and deletes under a job's live prefix (llm_elastic.live.layout).
 MEMBERS_DIR = "members/"
@@ -113,13 +117,14 @@ RULE_FIRED_METRIC = "llm_trainer_rule_fired_total"
 """Counter of loss rules that fired, labels ``rule`` and ``action``."""
 CONTRACT_METRIC = METRIC_PREFIX + "contract_version"
 
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 """The contract this runtime speaks. 1: release 0.1.0 (it serves no :data:`CONTRACT_METRIC`: a worker
 without it speaks 1). 2: adds the loss and log rules (``LLMJOB_LOSS_RULES``, ``LLMJOB_LOG_RULES``, exit 79,
-``rule-fired:``, :data:`RULE_FIRED_METRIC`) and :data:`CONTRACT_METRIC`."""
+``rule-fired:``, :data:`RULE_FIRED_METRIC`) and :data:`CONTRACT_METRIC`. 3: adds the job's etcd credentials
+(``LLMJOB_ETCD_USER``, ``LLMJOB_ETCD_PASSWORD_FILE``): a runtime of 1 or 2 cannot authenticate."""
 UNANNOUNCED_VERSION = 1
 """The version of a worker that serves metrics but no :data:`CONTRACT_METRIC` (release 0.1.0)."""
-FINGERPRINTS = {2: "c96c951736f469ba"}
+FINGERPRINTS = {2: "c96c951736f469ba", 3: "212be51285c9f56b"}
 """Version -> :func:`fingerprint` of its names and values. Entries are never edited: a change of the
 contract adds a version (tests/unit/test_contract_version.py)."""
 _BOOKKEEPING = frozenset({"CONTRACT_VERSION", "FINGERPRINTS", "UNANNOUNCED_VERSION", "TYPE_CHECKING"})

@@ -102,10 +102,11 @@ class InProcess(RecoveryMode):
         from llm_elastic.live.group import LiveGroup
         from llm_elastic.live.membership import Membership
         from llm_elastic.live.waiting import Waiting
+        from llm_elastic.rendezvous.etcd_auth import credentials_from_env
         from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
 
         c, cfg = s.contract, self.config
-        client = EtcdClient(parse_endpoints(c.etcd))
+        client = EtcdClient(parse_endpoints(c.etcd), credentials=credentials_from_env(os.environ))
         membership = Membership(
             client, c.prefix, c.member, cfg.lease_ttl, s.wrap_policy.shard_size, c.target_members
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,7 @@ class PlanApplier:
         marker: NodeMarker,
         evictor: LiveEvictor,
         karpenter: bool = False,
+        dress: Callable[[dict[str, Any], LLMTrainingJob], dict[str, Any]] = lambda pod, _: pod,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -113,6 +114,8 @@ class PlanApplier:
         self.evictor = evictor
         self.karpenter = karpenter
         """Avoid nodes that repel pods by themselves with preferred terms (``builders.worker._affinity``)."""
+        self.dress = dress
+        """What worker pods get beyond ``worker_pod``: the etcd credentials (``control.etcd_access``)."""
         self.deleted_at: float | None = None
         """When (monotonic) the last lost workers' deletion was answered, until a replacement is created."""
 
@@ -150,15 +153,18 @@ class PlanApplier:
         freed = "gone" in answers_of_deletes  # the plan never creates on an index it deletes from
         pods = [
             self.kueue.place(
-                worker_pod(
+                self.dress(
+                    worker_pod(
+                        job,
+                        index,
+                        decided.attempt,
+                        decided.avoid_nodes,
+                        decided.placement,
+                        required_avoidance(decided.avoid_hard, decided.avoid_failing, self.marker.enabled)
+                        if self.karpenter
+                        else None,
+                    ),
                     job,
-                    index,
-                    decided.attempt,
-                    decided.avoid_nodes,
-                    decided.placement,
-                    required_avoidance(decided.avoid_hard, decided.avoid_failing, self.marker.enabled)
-                    if self.karpenter
-                    else None,
                 ),
                 job,
             )

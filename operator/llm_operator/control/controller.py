@@ -22,6 +22,7 @@ from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders.desired import support_objects
 from llm_operator.control.apply import PassClock, PlanApplier, at_size, with_refusals
 from llm_operator.control.endpoints import Endpoints
+from llm_operator.control.etcd_access import EtcdAccess
 from llm_operator.control.expectations import Expectations
 from llm_operator.control.ghosts import Ghosts, IndexAudit
 from llm_operator.control.kueue_sync import KueueSync
@@ -69,7 +70,9 @@ class JobController:
         self.expect = Expectations()
         self.status = StatusWriter(kube, namespace, name)
         self.runtime = RuntimeResolver(kube, namespace, name)
-        self.live = LiveEvictor(kube, namespace, endpoints)
+        self.etcd = EtcdAccess(kube, namespace, settings.etcd_auth)
+        """The job's etcd credentials: its Secret, its user in its etcd, the token of the operator's calls."""
+        self.live = LiveEvictor(kube, namespace, endpoints, access=self.etcd)
         self.prober = ProgressProber(
             (namespace, name),
             settings.progress_seconds,
@@ -102,6 +105,7 @@ class JobController:
             self.marker,
             self.live,
             settings.karpenter,
+            self.etcd.dress,
         )
         self.at_size = False
         """The last pass found the job Running with every worker and spare it wants (``apply.at_size``):
@@ -141,6 +145,8 @@ class JobController:
         prober = asyncio.create_task(self.prober.run(body, pods, stopped, lambda: self.deleted, logger))
         try:
             await self._loop(body, pods, nodes, stopped, logger)
+            if self.deleted:  # its user and role in the shared etcd go with it
+                await self.etcd.forget(self.job_from(body))
         finally:
             prober.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -204,6 +210,9 @@ class JobController:
             for obj in support_objects(job, self.settings):
                 await self.kube.create(obj)
             self.support_generation = job.metadata.generation
+        etcd_retry = (
+            await self.etcd.ensure(job, lambda: self.live.running_address(job)) if refused is None else None
+        )
         audit_at = await self.audit.run(pods_index, logger)
         observed = list(pods_index.get((self.namespace, self.name), ()))
         for uid, pod in self.expect.overdue():  # the watch never showed them: ask, never assume them gone
@@ -230,6 +239,8 @@ class JobController:
         self.applier.announce(decided, applied, status, body, logger, previous)
         await self.kueue.after(job, workload, admission, mine, decided.status, time.time())
         due = [RESYNC_SECONDS]
+        if etcd_retry is not None:
+            due.append(etcd_retry)
         if decided.requeue_at is not None:
             due.append(decided.requeue_at - time.time())
         if audit_at is not None:

@@ -36,6 +36,7 @@ from llm_operator.api.models import LLMTrainingJob
 from llm_operator.builders import rendezvous
 from llm_operator.builders.worker import live_prefix
 from llm_operator.control.endpoints import Endpoints, session_of
+from llm_operator.control.etcd_access import EtcdAccess, check_answer
 from llm_operator.kube import Kube, KubeError
 from llm_operator.policy.membership import member_pods
 
@@ -73,18 +74,26 @@ def deleterange_body(prefix: str, pod: str) -> dict[str, str]:
     }
 
 
-async def _delete_one(session: aiohttp.ClientSession, url: str, prefix: str, pod: str) -> int:
-    async with session.post(url, json=deleterange_body(prefix, pod)) as response:
-        text = await response.text()
-        if response.status != 200:
-            raise RuntimeError(f"etcd answered HTTP {response.status}: {text[:200]}")
-    return int(json.loads(text).get("deleted", 0))
+def _auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": token} if token else {}
 
 
-async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: float = EVICT_TIMEOUT) -> int:
+async def _delete_one(
+    session: aiohttp.ClientSession, url: str, prefix: str, pod: str, token: str | None
+) -> int:
+    async with session.post(url, json=deleterange_body(prefix, pod), headers=_auth(token)) as response:
+        answer = check_answer("/v3/kv/deleterange", response.status, await response.text())
+    return int(answer.get("deleted", 0))
+
+
+async def evict_pods(
+    address: str, prefix: str, pods: Iterable[str], timeout: float = EVICT_TIMEOUT, token: str | None = None
+) -> int:
     """Delete the member keys of ``pods`` at etcd ``address`` (host:port); returns how many were deleted.
+    ``token``: the job user's, with etcd auth on (``control.etcd_access``).
 
-    Raises ``RuntimeError`` (with the reason) when etcd cannot be reached or refuses, or the timeout passed.
+    Raises ``RuntimeError`` (with the reason) when etcd cannot be reached or refuses (``TokenRefused``: the
+    token), or the timeout passed.
     """
     names = sorted(set(pods))
     if not names:
@@ -95,14 +104,18 @@ async def evict_pods(address: str, prefix: str, pods: Iterable[str], timeout: fl
         # A session of its own: an eviction is on a lost worker's reaction path and must not wait for a
         # connection the probes of hung trainers hold in the shared pool.
         async with asyncio.timeout(timeout), aiohttp.ClientSession() as session:
-            counts = await asyncio.gather(*(_delete_one(session, url, prefix, pod) for pod in names))
+            counts = await asyncio.gather(*(_delete_one(session, url, prefix, pod, token) for pod in names))
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         raise RuntimeError(f"etcd at {address}: {type(exc).__name__}: {exc}") from exc
     return sum(counts)
 
 
 async def read_generation_members(
-    address: str, prefix: str, timeout: float = EVICT_TIMEOUT, endpoints: Endpoints | None = None
+    address: str,
+    prefix: str,
+    timeout: float = EVICT_TIMEOUT,
+    endpoints: Endpoints | None = None,
+    token: str | None = None,
 ) -> list[str]:
     """The member ids of the generation stored under ``prefix`` at etcd ``address`` ([] when none yet).
 
@@ -115,12 +128,10 @@ async def read_generation_members(
         async with (
             asyncio.timeout(timeout),
             session_of(endpoints) as session,
-            session.post(url, json=body) as response,
+            session.post(url, json=body, headers=_auth(token)) as response,
         ):
-            text = await response.text()
-            if response.status != 200:
-                raise RuntimeError(f"etcd answered HTTP {response.status}: {text[:200]}")
-        kvs = json.loads(text).get("kvs") or []
+            answer = check_answer("/v3/kv/range", response.status, await response.text())
+        kvs = answer.get("kvs") or []
         if not kvs:
             return []
         record = json.loads(base64.b64decode(kvs[0]["value"]))
@@ -139,10 +150,13 @@ class LiveEvictor:
         namespace: str,
         endpoints: Endpoints | None = None,
         clock: Callable[[], float] = time.monotonic,
+        access: EtcdAccess | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.endpoints = endpoints
+        self.access = access if access is not None else EtcdAccess(kube, namespace, None)
+        """The job's etcd credentials: the token its calls carry."""
         self.clock = clock
         self._address: str | None = None
         """The address the generation reads use."""
@@ -162,9 +176,16 @@ class LiveEvictor:
             except KubeError:
                 return None
             self._looked_up, self._due = now, now + ADDRESS_SECONDS
+        address = self._address
         try:
-            members = await read_generation_members(self._address, live_prefix(job), endpoints=self.endpoints)
-        except RuntimeError as exc:
+            members = await self.access.with_token(
+                job,
+                address,
+                lambda token: read_generation_members(
+                    address, live_prefix(job), endpoints=self.endpoints, token=token
+                ),
+            )
+        except (RuntimeError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.debug("reading the live generation failed: %s", exc)
             self._due = min(self._due, self._looked_up + self._retry)
             if self._looked_up == now:  # the address just looked up fails too: wait longer next time
@@ -172,6 +193,14 @@ class LiveEvictor:
             return None
         self._retry = RETRY_SECONDS
         return member_pods(members)
+
+    async def running_address(self, job: LLMTrainingJob) -> str | None:
+        """host:port of the job's etcd when it can be set up now: the given endpoint, or the managed
+        rendezvous pod's address while it runs (None before)."""
+        if not rendezvous.managed(job):
+            return job.spec.rendezvous.endpoint
+        ips = await self.kube.running_pod_ips(self.namespace, rendezvous.server_selector(job))
+        return f"{ips[0]}:{rendezvous.port(job)}" if ips else None
 
     async def address(self, job: LLMTrainingJob) -> str:
         """host:port of the job's etcd as the operator reaches it (see the module's docstring)."""
@@ -185,8 +214,10 @@ class LiveEvictor:
         started = time.monotonic()
         try:
             address = await self.address(job)
-            deleted = await evict_pods(address, live_prefix(job), pods)
-        except (RuntimeError, KubeError) as exc:
+            deleted = await self.access.with_token(
+                job, address, lambda token: evict_pods(address, live_prefix(job), pods, token=token)
+            )
+        except (RuntimeError, KubeError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             message = f"could not evict the live members of {', '.join(pods)}: {exc}; their leases expire"
             logger.warning(f"LiveEvictionFailed: {message}")
             kopf.event(body, type="Warning", reason="LiveEvictionFailed", message=message)

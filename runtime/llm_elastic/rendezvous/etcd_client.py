@@ -10,6 +10,9 @@ every call site:
 * The library's watch thread crashes (``six`` is gone) instead of telling callbacks that its stream
   broke. We supply the missing function, and waiters still bound each wait and re-read the key
   (see ``etcd_store.EtcdV3Store.wait``).
+* With credentials (etcd auth, :mod:`llm_elastic.rendezvous.etcd_auth`) the library would send its token
+  as gRPC call credentials, which gRPC refuses on a plaintext channel. We authenticate ourselves and send
+  the token as plain metadata; a call refused for its token authenticates again and is sent once more.
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from llm_elastic.rendezvous.etcd_auth import (
+    METADATA_KEY,
+    Credentials,
+    Refusal,
+    auth_disabled,
+    refusal,
+)
 
 DEFAULT_PORT = 2379
 
@@ -105,16 +116,36 @@ def _load_library() -> Any:
     return lib
 
 
+def _details(exc: BaseException) -> str:
+    """What etcd said: a gRPC error's details, else the exception's text."""
+    details = getattr(exc, "details", None)
+    if callable(details):
+        try:
+            text = details()
+        except Exception:  # not a call error after all
+            text = None
+        if text:
+            return str(text)
+    return str(exc) or type(exc).__name__
+
+
 class EtcdClient:
     """Blocking etcd v3 calls with a per-call timeout; every failure surfaces as :class:`EtcdError`."""
 
-    def __init__(self, endpoints: Sequence[Endpoint], timeout: float = 10.0) -> None:
+    def __init__(
+        self, endpoints: Sequence[Endpoint], timeout: float = 10.0, credentials: Credentials | None = None
+    ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self.endpoints = list(endpoints)
         self.timeout = timeout
+        self.credentials = credentials
+        """The job's etcd user (None: calls carry no token)."""
+        self._authenticated = False
+        """Whether the current token (or "no token: auth is off") came from an Authenticate call."""
         self._lib = _load_library()
         grpc = importlib.import_module("grpc")
+        self._rpc_error: type[BaseException] = grpc.RpcError
         self._errors: tuple[type[BaseException], ...] = (self._lib.Etcd3Exception, grpc.RpcError)
         self.closed = False
         self.requests: Counter[str] = Counter()
@@ -136,14 +167,51 @@ class EtcdClient:
         return ",".join(str(ep) for ep in self.endpoints)
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
+        if self.credentials is not None and not self._authenticated:
+            self.authenticate()
         self.requests[what.split(" ", 1)[0]] += 1
         try:
+            try:
+                return fn(self._client)
+            except self._rpc_error as exc:
+                if self.credentials is None or refusal(_details(exc)) is not Refusal.REAUTHENTICATE:
+                    raise
+            self.authenticate()  # a stale or missing token: once more with a fresh one
+            self.requests[what.split(" ", 1)[0]] += 1
             return fn(self._client)
         except self._errors as exc:
-            detail = str(exc) or type(exc).__name__
-            raise EtcdError(f"etcd at {self.label}: {what} failed: {detail}") from exc
+            raise EtcdError(f"etcd at {self.label}: {what} failed: {_details(exc)}") from exc
         except ValueError as exc:  # the library's "Trying to use a failed node"
             raise EtcdError(f"etcd at {self.label}: {what} failed: {exc}") from exc
+
+    # -- auth ---------------------------------------------------------------------------------------------
+
+    def authenticate(self) -> None:
+        """Get a token for :attr:`credentials` and send it with every later call (watches included); an
+        etcd without auth gets none. Raises :class:`EtcdError` when etcd refuses the credentials or cannot
+        be reached."""
+        if self.credentials is None:
+            return
+        self.requests["authenticate"] += 1
+        request = self._lib.etcdrpc.AuthenticateRequest(
+            name=self.credentials.user, password=self.credentials.password
+        )
+        try:
+            token: str | None = str(self._client.authstub.Authenticate(request, self.timeout).token)
+        except self._errors as exc:
+            if not auth_disabled(_details(exc)):
+                raise EtcdError(
+                    f"etcd at {self.label}: authenticate as {self.credentials.user!r} failed: {_details(exc)}"
+                ) from exc
+            token = None
+        except ValueError as exc:
+            raise EtcdError(f"etcd at {self.label}: authenticate failed: {exc}") from exc
+        metadata = ((METADATA_KEY, token),) if token is not None else None
+        self._client.metadata = metadata
+        watcher = self._client._stubs.get("watcher")
+        if watcher is not None:  # its stream reconnects with the metadata it was made with
+            watcher._metadata = metadata
+        self._authenticated = True
 
     # -- health -------------------------------------------------------------------------------------------
 

@@ -88,6 +88,7 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
     """
     # Imported here, not at module level: torch imports this module while it is still initialising
     # torch.distributed.elastic.rendezvous (entry-point registration), and our modules import from there.
+    from llm_elastic.rendezvous.etcd_auth import credentials_from_env
     from llm_elastic.rendezvous.etcd_backend import EtcdV3RendezvousBackend, run_prefix
     from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, parse_endpoints
     from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
@@ -95,7 +96,9 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
 
     config = EtcdRendezvousConfig.from_params(params)
     endpoints = parse_endpoints(params.endpoint)
-    client = EtcdClient(endpoints, timeout=config.request_timeout)
+    client = EtcdClient(
+        endpoints, timeout=config.request_timeout, credentials=credentials_from_env(os.environ)
+    )
     try:
         client.check()
     except EtcdError as exc:
