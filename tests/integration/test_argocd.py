@@ -1,22 +1,25 @@
 """GitOps through a real Argo CD: the chart and a job synced from git, health computed by Argo CD.
 
 Argo CD core (application controller, repo server, Redis: :mod:`llm_testbed.argocd`) runs against the
-process-mode cluster, whose pods run for real, and syncs from a git repository in the test's folder. Two
-Applications, with the sync options and ignoreDifferences of the ones the project ships
-(deploy/argocd/operator-application.yaml and jobs-application.yaml):
+process-mode cluster, whose pods run for real, and syncs from a git repository in the test's folder. The
+real Kueue manager (:mod:`llm_testbed.kueue`) runs beside it with a ClusterQueue that has no GPUs, so a
+job on its LocalQueue stays queued. Two Applications, with the sync options and ignoreDifferences of the
+ones the project ships (deploy/argocd/operator-application.yaml and jobs-application.yaml):
 
-1. ``jobs``: a training job from git, synced before any operator runs. Argo CD's health for it, computed
-   by deploy/argocd/health.lua in the controller's own Lua VM, is Progressing.
+1. ``jobs``: a training job and a Kueue-queued job from git, synced before any operator runs. Argo CD's
+   health for them, computed by deploy/argocd/health.lua in the controller's own Lua VM, is Progressing.
 2. ``operator``: the chart from git; the operator pod runs, the Application is Synced and Healthy, and the
    job's health goes Healthy while it trains.
-3. The jobs Application stays Synced for 2 minutes of training: no diff from the API server's defaults
+3. The queued job: Kueue keeps it queued, and Argo CD shows it Suspended (or Progressing) with the
+   operator's "Queued" message, never Unknown; then it leaves git and the cluster.
+4. The jobs Application stays Synced for 2 minutes of training: no diff from the API server's defaults
    or the operator's status writes.
-4. A new release in git (the chart's version and appVersion): Argo CD rolls the operator, and the job
+5. A new release in git (the chart's version and appVersion): Argo CD rolls the operator, and the job
    trains on in the same worker pods.
-5. With ``prune: true``, a CRD removed from git and then the chart's Application deleted leave every CRD
+6. With ``prune: true``, a CRD removed from git and then the chart's Application deleted leave every CRD
    and the running job in place.
-6. A node loss shows in Argo CD's health and clears once the job is whole again on a new node.
-7. A short job committed to git finishes: Argo CD shows it Healthy with the operator's message.
+7. A node loss shows in Argo CD's health and clears once the job is whole again on a new node.
+8. A short job committed to git finishes: Argo CD shows it Healthy with the operator's message.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 from llm_testbed import argocd, training
+from llm_testbed import kueue as local_kueue
 from llm_testbed.argocd import apps
 from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
@@ -46,6 +50,7 @@ OPERATOR_APP, JOBS_APP = "operator", "jobs"
 SYNC_TIMEOUT = 240.0
 SYNCED_WINDOW_S = 120.0
 SHORT_JOB = "short"
+QUEUED_JOB = "queued"
 NEW_VERSION = "0.1.1-argocd"
 CRD_REMOVED = "elasticllm.dev_llmtrainingruntimes.yaml"
 T = TypeVar("T")
@@ -121,6 +126,21 @@ class ArgoWorld:
 
 @pytest.fixture
 def world(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[ArgoWorld]:
+    try:
+        with local_kueue.running(process_cluster.kube, tmp_path / "kueue") as kueue:
+            try:
+                # Before Argo CD: its first look at the cluster's APIs sees Kueue's, so the chart's
+                # kueue.enabled "auto" renders on. No GPUs in the queue: Kueue holds every job sent to it.
+                kueue.set_up_queues(process_namespace, gpu_nodes=0)
+                yield from _argo_world(process_cluster, process_namespace, tmp_path)
+            finally:
+                _remove_queues(process_cluster, process_namespace)  # while Kueue runs: it lifts finalizers
+    finally:
+        # The process cluster as it was for the tests after this one: no Kueue APIs (its webhooks are gone).
+        _remove_kueue_crds(process_cluster)
+
+
+def _argo_world(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path) -> Iterator[ArgoWorld]:
     kube = process_cluster.kube
     argocd.start(kube, process_cluster.workdir)
     w = ArgoWorld(process_cluster, process_namespace, tmp_path)
@@ -141,6 +161,33 @@ def world(process_cluster: LocalCluster, process_namespace: str, tmp_path: Path)
         kube.run("delete", "pv", w.t.pv, "--wait=false", check=False)
         # Whatever happened, the cluster's CRDs are the working tree's again for the tests after this one.
         process_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+
+
+def _remove_queues(cluster: LocalCluster, namespace: str) -> None:
+    """The test's Kueue objects, Workloads first (the jobs that owned them are gone by now)."""
+    for args in (
+        ("workloads.kueue.x-k8s.io", "--all", "-n", namespace),
+        ("localqueues.kueue.x-k8s.io", "--all", "-n", namespace),
+        ("clusterqueues.kueue.x-k8s.io", local_kueue.CLUSTER_QUEUE),
+        ("resourceflavors.kueue.x-k8s.io", local_kueue.FLAVOR),
+    ):
+        cluster.kube.run("delete", *args, "--wait=true", "--timeout=60s", "--ignore-not-found", check=False)
+
+
+def _remove_kueue_crds(cluster: LocalCluster) -> None:
+    names = [
+        c["metadata"]["name"] for c in cluster.kube.items("crd") if c["spec"]["group"] == "kueue.x-k8s.io"
+    ]
+    if names:
+        cluster.kube.run("delete", "crd", *names, "--wait=true", "--timeout=60s", check=False)
+
+
+def _queued_job(namespace: str) -> dict[str, Any]:
+    """A one-worker job on the LocalQueue whose ClusterQueue has no GPUs: Kueue never admits it."""
+    job = training.training_job(QUEUED_JOB, namespace, minimum=1, maximum=1, steps=3)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": local_kueue.LOCAL_QUEUE}
+    job["spec"]["checkpointDir"] = "/shared/checkpoints/queued"
+    return job
 
 
 def _operator_values(namespace: str) -> dict[str, Any]:
@@ -169,7 +216,8 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     w.git.copy_tree(ROOT / CHART, "chart")
     w.git.write("jobs/train.yaml", yaml.safe_dump(training.training_job(JOB, w.ns, minimum=1, maximum=2,
                                                                         steps=100000)))  # fmt: skip
-    first = w.commit("the chart and a training job")
+    w.git.write(f"jobs/{QUEUED_JOB}.yaml", yaml.safe_dump(_queued_job(w.ns)))
+    first = w.commit("the chart, a training job and a job for Kueue")
     jobs = argocd.application(JOBS_APP, w.git.url, "jobs", w.ns)
     kube.apply([_like_shipped(jobs, "jobs-application.yaml")])
     seen: list[str] = []
@@ -188,14 +236,45 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     kube.apply([_like_shipped(app, "operator-application.yaml")])
     w.wait_synced_healthy(OPERATOR_APP, first, "the operator's Application Synced and Healthy")
     operator_before = wait_for(lambda: _operator_pod(w), STEP_TIMEOUT, "the operator pod Ready")
+    assert operator_before is not None  # wait_for returns a truthy value
     wait_for(lambda: job_health_is("Healthy", "2/2 workers ready"), STEP_TIMEOUT,
              "Argo CD to show the job Healthy at 2/2", interval=0.5)  # fmt: skip
     # Missing until the first sync creates it; never Unknown (what a health script error reads as).
     assert set(seen) <= {"Missing", "Progressing", "Healthy"}, seen
-    t.wait_steps("5 steps at world size 2", world=2, count=5)
-    w.wait_synced_healthy(JOBS_APP, first, "the jobs Application Synced and Healthy")
 
-    # 3. Synced for 2 minutes of training: the API server's defaults and the operator's writes make no diff.
+    # 3. A job queued by Kueue (the chart's kueue.enabled "auto" rendered on through Argo CD): Argo CD shows
+    # it Suspended or Progressing with the operator's Admitted message, never Unknown. It then leaves git,
+    # and, once Argo CD compares with that commit (self-heal would bring it back before), the cluster.
+    queued_seen: list[str] = []
+
+    def shown_queued() -> tuple[str, str] | None:
+        status, message = w.job_health(QUEUED_JOB)
+        if status and (not queued_seen or queued_seen[-1] != status):
+            queued_seen.append(status)
+        job_status = (kube.get("llmtrainingjob", QUEUED_JOB, w.ns) or {}).get("status") or {}
+        admitted: dict[str, Any] = next(
+            (c for c in job_status.get("conditions") or [] if c.get("type") == "Admitted"), {}
+        )
+        held = job_status.get("phase") == "Queued" and admitted.get("reason") == "Queued"
+        shown = status in ("Suspended", "Progressing") and message == f"Queued: {admitted.get('message')}"
+        return (status, message) if held and shown else None
+
+    queued_from = time.monotonic()
+    shown = w.wait(shown_queued, "Kueue to hold the queued job and Argo CD to show it queued",
+           lambda: f"{(kube.get('llmtrainingjob', QUEUED_JOB, w.ns) or {}).get('status')}; "
+                   f"{w.job_health(QUEUED_JOB)}", timeout=STEP_TIMEOUT)  # fmt: skip
+    assert set(queued_seen) <= {"Missing", "Progressing", "Suspended"}, queued_seen
+    print(f"queued job in Argo CD: {shown}, after {time.monotonic() - queued_from:.1f}s; seen {queued_seen}")
+    w.git.remove(f"jobs/{QUEUED_JOB}.yaml")
+    unqueued = w.commit("the queued job leaves git", JOBS_APP)
+    w.wait(lambda: apps.state(w.app(JOBS_APP)).revision == unqueued, "Argo CD to compare with the commit",
+           lambda: str(apps.state(w.app(JOBS_APP))))  # fmt: skip
+    kube.run("delete", "llmtrainingjob", QUEUED_JOB, "-n", w.ns, "--wait=true", "--timeout=120s")
+    print(f"step 3 (the queued job) took {time.monotonic() - queued_from:.1f}s")
+    t.wait_steps("5 steps at world size 2", world=2, count=5)
+    w.wait_synced_healthy(JOBS_APP, unqueued, "the jobs Application Synced and Healthy")
+
+    # 4. Synced for 2 minutes of training: the API server's defaults and the operator's writes make no diff.
     workers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()}
     started, step_then = time.monotonic(), (t.status().get("progress") or {}).get("step", 0)
     states: list[str] = []
@@ -208,7 +287,7 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     assert set(states) == {"Synced"}, states
     assert (t.status().get("progress") or {}).get("step", 0) > step_then, t.status()
 
-    # 4. A new release in git (the chart's version and appVersion, as `make release` bumps both): Argo CD
+    # 5. A new release in git (the chart's version and appVersion, as `make release` bumps both): Argo CD
     # rolls the operator to the new image tag, and the job trains on in the same worker pods.
     chart_yaml = yaml.safe_load((w.git.path / "chart" / "Chart.yaml").read_text())
     chart_yaml["version"] = chart_yaml["appVersion"] = NEW_VERSION
@@ -219,12 +298,13 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
         lambda: (p := _operator_pod(w)) and p["metadata"]["uid"] != operator_before["metadata"]["uid"] and p,
         STEP_TIMEOUT, "the new operator pod alone and Ready",
     )  # fmt: skip
+    assert isinstance(new_pod, dict), new_pod
     assert new_pod["spec"]["containers"][0]["image"].endswith(f":{NEW_VERSION}"), new_pod["spec"]
     serving_at = time.time()
     t.wait_steps("5 steps at world size 2 after the upgrade", world=2, count=5, after=serving_at)
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()} == workers, "workers restarted"
 
-    # 5. prune: true, yet a CRD removed from git and the chart's Application deleted leave the CRDs and jobs.
+    # 6. prune: true, yet a CRD removed from git and the chart's Application deleted leave the CRDs and jobs.
     w.git.remove(f"chart/crds/{CRD_REMOVED}")
     pruned = w.commit("a CRD removed from git", OPERATOR_APP)
     wait_for(lambda: apps.state(w.app(OPERATOR_APP)).revision == pruned
@@ -238,7 +318,7 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     t.wait_steps("5 steps after the chart's Application was deleted", world=2, count=5, after=time.time())
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()} == workers, "workers restarted"
 
-    # 6. A node loss shows in Argo CD (below the desired size, or rescheduling) and clears on a new node.
+    # 7. A node loss shows in Argo CD (below the desired size, or rescheduling) and clears on a new node.
     victim = next(p["spec"]["nodeName"] for p in t.workers() if p["metadata"]["name"] == f"{JOB}-worker-1")
     chaos.node_not_ready(victim, kube=kube, wait=False)
     lost = ("Degraded", "Progressing")
@@ -252,7 +332,7 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
            lambda: str(w.job_health()), timeout=STEP_TIMEOUT)  # fmt: skip
     assert "Unknown" not in seen, seen
 
-    # 7. A finished job shows Healthy with the operator's message. The long job leaves git and the cluster
+    # 8. A finished job shows Healthy with the operator's message. The long job leaves git and the cluster
     # (the shipped jobs Application does not prune) to free the nodes.
     short = training.training_job(SHORT_JOB, w.ns, minimum=1, maximum=1, steps=3)
     short["spec"]["checkpointDir"] = "/shared/checkpoints/short"
