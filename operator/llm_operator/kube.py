@@ -114,6 +114,8 @@ class Kube:
             call = self.core.create_namespaced_service(ns, body, _preload_content=False)
         elif kind == "Deployment":
             call = self.apps.create_namespaced_deployment(ns, body, _preload_content=False)
+        elif kind == "Secret":  # the job's etcd credentials: the operator creates Secrets, never reads them
+            call = self.core.create_namespaced_secret(ns, body, _preload_content=False)
         elif kind == "NetworkPolicy":
             call = self.networking.create_namespaced_network_policy(ns, body, _preload_content=False)
         else:

@@ -88,6 +88,11 @@ Used by the ClusterRole in cluster-wide mode and by the Role of each watched nam
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- if .Values.rendezvous.auth.enabled }}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+{{- end }}
 {{- if .Values.rbac.podGroups }}
 - apiGroups: [scheduling.x-k8s.io]
   resources: [podgroups]
