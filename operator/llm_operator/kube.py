@@ -175,13 +175,17 @@ class Kube:
 
     async def running_pod_ips(self, namespace: str, selector: dict[str, str]) -> list[str]:
         """IPs of the Running pods whose labels match ``selector``."""
+        return [ip for _, ip in await self.running_pods(namespace, selector)]
+
+    async def running_pods(self, namespace: str, selector: dict[str, str]) -> list[tuple[str, str]]:
+        """(UID, IP) of the Running pods whose labels match ``selector``."""
         labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         try:
             pods: Any = await self.core.list_namespaced_pod(namespace, label_selector=labels)
         except ApiException as exc:
             raise KubeError(int(exc.status or 0), str(exc.reason)) from exc
         return [
-            p.status.pod_ip
+            (str(p.metadata.uid), str(p.status.pod_ip))
             for p in pods.items
             if p.status is not None
             and p.status.phase == "Running"

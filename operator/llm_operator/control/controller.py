@@ -211,7 +211,7 @@ class JobController:
                 await self.kube.create(obj)
             self.support_generation = job.metadata.generation
         etcd_retry = (
-            await self.etcd.ensure(job, lambda: self.live.running_address(job)) if refused is None else None
+            await self.etcd.ensure(job, lambda: self.live.running_etcd(job)) if refused is None else None
         )
         audit_at = await self.audit.run(pods_index, logger)
         observed = list(pods_index.get((self.namespace, self.name), ()))

@@ -8,7 +8,7 @@ the operator image. Names and passwords come from ``builders.etcd_auth`` (derive
 **A per-job etcd** starts without auth. At the first pass that finds its pod running, the operator removes
 any user or role it did not make (anyone who reached the etcd before could have added one), adds its root
 user and the job's user and role, turns auth on, and checks once more with the root token that no other
-user or role exists. Each etcd pod (by address) is set up once; a replaced one is set up again.
+user or role exists. Each etcd pod (by UID) is set up once; a replaced one is set up again, at any address.
 **The shared etcd** runs with auth already (the platform team's root credentials, given to the operator):
 the operator adds the job's role and user once per job, and deletes them when the job is deleted.
 """
@@ -158,7 +158,7 @@ class EtcdAccess:
         self._secret_of: str | None = None
         """The job UID whose Secret this controller made (or found)."""
         self._ready: set[tuple[str, str]] = set()
-        """(job UID, etcd address) set up."""
+        """(job UID, which etcd) set up: a replaced per-job etcd pod is a new one, even at the same IP."""
         self._tokens: dict[str, str | None] = {}
         """etcd address -> the job user's token there (None: that etcd runs without auth)."""
 
@@ -169,19 +169,22 @@ class EtcdAccess:
         """A worker pod with the job's credentials mounted (unchanged when etcd auth does not apply)."""
         return etcd_auth.dress(pod, job) if self.applies(job) else pod
 
-    async def ensure(self, job: LLMTrainingJob, address: Callable[[], Awaitable[str | None]]) -> float | None:
-        """Make the job's Secret and set up its user at etcd ``address()`` (None: not running yet) unless
-        done; returns when to try again after a failure, None when all is set up."""
+    async def ensure(
+        self, job: LLMTrainingJob, etcd: Callable[[], Awaitable[tuple[str, str] | None]]
+    ) -> float | None:
+        """Make the job's Secret and set up its user at the etcd ``etcd()`` names ((address, which etcd);
+        None: not running yet) unless done; returns when to try again after a failure, None when set up."""
         if self.auth is None or not self.applies(job):
             return None
         uid = job.metadata.uid or ""
         if self._secret_of != uid:
             await self.kube.create(etcd_auth.secret(job, self.auth))
             self._secret_of = uid
-        where = await address()
-        if where is None:
+        found = await etcd()
+        if found is None:
             return RETRY_SECONDS
-        if (uid, where) in self._ready:
+        where, which = found
+        if (uid, which) in self._ready:
             return None
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT)) as session:
@@ -194,7 +197,7 @@ class EtcdAccess:
                 "setting up the etcd user of %s/%s at %s: %s", self.namespace, job.metadata.name, where, exc
             )
             return RETRY_SECONDS
-        self._ready.add((uid, where))
+        self._ready.add((uid, which))
         log.info("etcd user of %s/%s set up at %s", self.namespace, job.metadata.name, where)
         return None
 

@@ -194,13 +194,16 @@ class LiveEvictor:
         self._retry = RETRY_SECONDS
         return member_pods(members)
 
-    async def running_address(self, job: LLMTrainingJob) -> str | None:
-        """host:port of the job's etcd when it can be set up now: the given endpoint, or the managed
-        rendezvous pod's address while it runs (None before)."""
+    async def running_etcd(self, job: LLMTrainingJob) -> tuple[str, str] | None:
+        """host:port of the job's etcd when it can be set up now, and which etcd it is (the managed
+        rendezvous pod's UID, or the given endpoint): None while the managed pod does not run."""
         if not rendezvous.managed(job):
-            return job.spec.rendezvous.endpoint
-        ips = await self.kube.running_pod_ips(self.namespace, rendezvous.server_selector(job))
-        return f"{ips[0]}:{rendezvous.port(job)}" if ips else None
+            return job.spec.rendezvous.endpoint, job.spec.rendezvous.endpoint
+        pods = await self.kube.running_pods(self.namespace, rendezvous.server_selector(job))
+        if not pods:
+            return None
+        uid, ip = pods[0]
+        return f"{ip}:{rendezvous.port(job)}", uid
 
     async def address(self, job: LLMTrainingJob) -> str:
         """host:port of the job's etcd as the operator reaches it (see the module's docstring)."""

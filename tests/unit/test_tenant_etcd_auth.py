@@ -1,12 +1,16 @@
 """The pure parts of the jobs' etcd credentials (issue 55): names and key ranges, derived passwords, what a
-worker pod gets, the operator's settings, what a refusal means for a token, the credentials a worker reads.
+worker pod gets, the operator's settings, what a refusal means for a token, the credentials a worker reads,
+and the client's token renewal (against a stand-in for the library's client).
 The credentials against a real etcd: tests/integration/test_tenant_etcd.py."""
 
 from __future__ import annotations
 
 import base64
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import grpc
 import pytest
 from llm_elastic import contract
 from llm_elastic.errors import ContractError
@@ -17,6 +21,7 @@ from llm_elastic.rendezvous.etcd_auth import (
     credentials_from_env,
     refusal,
 )
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, parse_endpoints
 from llm_operator.api.rules import TRAINER_CONTAINER
 from llm_operator.builders import etcd_auth
 from llm_operator.builders.worker import live_prefix, worker_pod
@@ -37,7 +42,10 @@ def test_a_role_covers_its_own_job_prefixes_and_no_other_job() -> None:
         ("/llmjob/uid-1234/", "/llmjob/uid-12340"),
         ("/elasticllm/rendezvous/uid-1234/", "/elasticllm/rendezvous/uid-12340"),
     ]
-    inside = lambda key: any(start <= key < end for start, end in ranges)  # noqa: E731
+
+    def inside(key: str) -> bool:
+        return any(start <= key < end for start, end in ranges)
+
     assert inside(live_prefix(mine) + "members/a.0") and inside("/elasticllm/rendezvous/uid-1234/state")
     assert not inside(live_prefix(other) + "members/a.0") and not inside("/llmjob/uid-1234")
     assert etcd_auth.user_name(mine) == "llmjob/ml/llama/uid-1234"
@@ -145,3 +153,84 @@ def test_a_worker_reads_its_credentials_from_the_env_and_the_file(tmp_path: Path
         credentials_from_env({contract.ETCD_USER_ENV: "u"})
     with pytest.raises(ContractError, match="cannot be read"):
         credentials_from_env({**env, contract.ETCD_PASSWORD_FILE_ENV: str(tmp_path / "missing")})
+
+
+class _Refused(grpc.RpcError):  # type: ignore[misc]
+    def __init__(self, details: str) -> None:
+        self._details = details
+
+    def details(self) -> str:
+        return self._details
+
+
+class _Etcd:
+    """The library's client as EtcdClient uses it: ``authstub.Authenticate``, ``get``, ``metadata``."""
+
+    def __init__(self, auth_on: bool = True) -> None:
+        self.auth_on = auth_on
+        self.issued = 0
+        self.valid: str | None = None
+        self.metadata: Any = None
+        self.authstub = self
+        self._stubs: dict[str, Any] = {"watcher": SimpleNamespace(_metadata=None)}
+        self.denied: set[str] = set()
+
+    def Authenticate(self, request: Any, timeout: float) -> Any:
+        if not self.auth_on:
+            raise _Refused("etcdserver: authentication is not enabled")
+        self.issued += 1
+        self.valid = f"token-{self.issued}"
+        return SimpleNamespace(token=self.valid)
+
+    def restart(self) -> None:
+        """A fresh etcd: tokens it never issued are refused."""
+        self.valid = "nobody's"
+
+    def get(self, key: str) -> tuple[bytes | None, Any]:
+        if self.auth_on:
+            if self.metadata is None:
+                raise _Refused("etcdserver: user name is empty")
+            if self.metadata != (("token", self.valid),):
+                raise _Refused("etcdserver: invalid auth token")
+            if key in self.denied:
+                raise _Refused("etcdserver: permission denied")
+        return None, None
+
+
+USER = Credentials("u", "p")
+
+
+def _client(etcd: _Etcd, credentials: Credentials | None = USER) -> EtcdClient:
+    client = EtcdClient(parse_endpoints("127.0.0.1:1"), timeout=1, credentials=credentials)
+    client._client = etcd
+    return client
+
+
+def test_the_client_authenticates_once_and_again_when_its_token_is_refused() -> None:
+    etcd = _Etcd()
+    client = _client(etcd)
+    client.get("/k")
+    client.get("/k")
+    assert client.requests["authenticate"] == 1 and etcd.metadata == (("token", "token-1"),)
+    etcd.restart()  # a restarted etcd, or a token idle for 5 minutes
+    client.get("/k")
+    assert client.requests["authenticate"] == 2 and client.requests["get"] == 4, "one retry, fresh token"
+    assert etcd._stubs["watcher"]._metadata == (("token", "token-2"),), "a reconnecting watch sends it too"
+    etcd.denied.add("/other")
+    with pytest.raises(EtcdError, match="permission denied"):
+        client.get("/other")
+    assert client.requests["authenticate"] == 2, "a refusal of the key is final, no new token"
+
+
+def test_the_client_sends_no_token_until_auth_is_turned_on() -> None:
+    etcd = _Etcd(auth_on=False)  # a per-job etcd the operator has not set up yet
+    client = _client(etcd)
+    client.get("/k")
+    assert etcd.metadata is None and client.requests["authenticate"] == 1
+    etcd.auth_on = True  # the operator turns auth on: the next call is refused, authenticates, goes through
+    client.get("/k")
+    assert etcd.metadata == (("token", "token-1"),) and client.requests["authenticate"] == 2
+    anonymous = _client(_Etcd(), credentials=None)
+    with pytest.raises(EtcdError, match="user name is empty"):
+        anonymous.get("/k")
+    assert anonymous.requests["authenticate"] == 0
