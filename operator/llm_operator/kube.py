@@ -173,10 +173,6 @@ class Kube:
             raise
         return deleted_state(answer) if force else "terminating"
 
-    async def running_pod_ips(self, namespace: str, selector: dict[str, str]) -> list[str]:
-        """IPs of the Running pods whose labels match ``selector``."""
-        return [ip for _, ip in await self.running_pods(namespace, selector)]
-
     async def running_pods(self, namespace: str, selector: dict[str, str]) -> list[tuple[str, str]]:
         """(UID, IP) of the Running pods whose labels match ``selector``."""
         labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))

@@ -151,3 +151,28 @@ def test_node_marking_is_opt_in(helm: Helm) -> None:
             e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
         }
         assert env["LLMJOB_MARK_UNHEALTHY_NODES"] == flag
+
+
+def test_secret_creation_is_opt_in_and_create_only(helm: Helm) -> None:
+    """rendezvous.auth makes the operator create each job's etcd Secret: `create` only, never a read
+    (docs/decisions.md TN3); the derivation key and the shared etcd's root reach it as env from Secrets."""
+    secrets = ("", "secrets")
+    auth = {
+        "rendezvous": {
+            "auth": {"enabled": True, "sharedEtcd": {"endpoint": "etcd.rdzv.svc:2379", "rootSecret": "root"}}
+        }
+    }
+    for values in ({"rbac": {"create": True}, **auth}, {**VALUES["namespaced"], **auth}):
+        objects = helm.template(values)
+        for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+            granted = grants(role)
+            if role["kind"] == "Role" or "nodes" not in role["metadata"]["name"]:
+                assert granted[secrets] == {"create"}, role["metadata"]["name"]
+        (deployment,) = by_kind(objects, "Deployment")
+        env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+        key_ref = env["LLMJOB_ETCD_AUTH_KEY"]["valueFrom"]["secretKeyRef"]
+        assert any(s["metadata"]["name"] == key_ref["name"] for s in by_kind(objects, "Secret"))
+        assert env["LLMJOB_SHARED_ETCD_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": "root",
+            "key": "password",
+        }

@@ -49,9 +49,9 @@ class FakeKube:
         self._call("delete_pod", namespace, name, uid, force)
         return "gone" if force else "terminating"
 
-    async def running_pod_ips(self, namespace: str, selector: dict[str, str]) -> list[str]:
-        self._call("running_pod_ips", namespace, selector)
-        return self.ips
+    async def running_pods(self, namespace: str, selector: dict[str, str]) -> list[tuple[str, str]]:
+        self._call("running_pods", namespace, selector)
+        return [(f"uid-{ip}", ip) for ip in self.ips]
 
     async def failed_scheduling(self, namespace: str) -> list[Any]:
         self._call("failed_scheduling", namespace)

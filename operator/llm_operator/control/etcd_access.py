@@ -8,7 +8,8 @@ the operator image. Names and passwords come from ``builders.etcd_auth`` (derive
 **A per-job etcd** starts without auth. At the first pass that finds its pod running, the operator removes
 any user or role it did not make (anyone who reached the etcd before could have added one), adds its root
 user and the job's user and role, turns auth on, and checks once more with the root token that no other
-user or role exists. Each etcd pod (by UID) is set up once; a replaced one is set up again, at any address.
+user or role exists. Each etcd pod (by UID) is set up once; a replaced one is set up again, at any address,
+once the operator looks its pod up again (within a minute: ``LiveEvictor.running_etcd``).
 **The shared etcd** runs with auth already (the platform team's root credentials, given to the operator):
 the operator adds the job's role and user once per job, and deletes them when the job is deleted.
 """

@@ -166,6 +166,9 @@ class LiveEvictor:
         """When the next read looks it up again."""
         self._retry = RETRY_SECONDS
         """After a failed read, the next look-up is due this long after the last one."""
+        self._running: tuple[str, str] | None = None
+        """The managed etcd pod last found running: (host:port, pod UID)."""
+        self._running_at = 0.0
 
     async def generation_pods(self, job: LLMTrainingJob) -> frozenset[str] | None:
         """The workers (pod names) of the training generation, None when etcd cannot be read now."""
@@ -194,23 +197,27 @@ class LiveEvictor:
         self._retry = RETRY_SECONDS
         return member_pods(members)
 
-    async def running_etcd(self, job: LLMTrainingJob) -> tuple[str, str] | None:
-        """host:port of the job's etcd when it can be set up now, and which etcd it is (the managed
-        rendezvous pod's UID, or the given endpoint): None while the managed pod does not run."""
+    async def running_etcd(
+        self, job: LLMTrainingJob, max_age: float = ADDRESS_SECONDS
+    ) -> tuple[str, str] | None:
+        """host:port of the job's etcd as it runs now, and which etcd it is (the managed rendezvous pod's UID,
+        or the given endpoint); None while the managed pod does not run. A pod found at most ``max_age``
+        seconds ago is not looked up again: every pass asks (``control.etcd_access``), the generation reads
+        look it up about once a minute, an eviction every time."""
         if not rendezvous.managed(job):
             return job.spec.rendezvous.endpoint, job.spec.rendezvous.endpoint
+        now = self.clock()
+        if self._running is not None and now - self._running_at < max_age:
+            return self._running
         pods = await self.kube.running_pods(self.namespace, rendezvous.server_selector(job))
-        if not pods:
-            return None
-        uid, ip = pods[0]
-        return f"{ip}:{rendezvous.port(job)}", uid
+        self._running = (f"{pods[0][1]}:{rendezvous.port(job)}", pods[0][0]) if pods else None
+        self._running_at = now
+        return self._running
 
     async def address(self, job: LLMTrainingJob) -> str:
         """host:port of the job's etcd as the operator reaches it (see the module's docstring)."""
-        if not rendezvous.managed(job):
-            return job.spec.rendezvous.endpoint
-        ips = await self.kube.running_pod_ips(self.namespace, rendezvous.server_selector(job))
-        return f"{ips[0]}:{rendezvous.port(job)}" if ips else rendezvous.endpoint(job)
+        found = await self.running_etcd(job, max_age=0)
+        return found[0] if found is not None else rendezvous.endpoint(job)
 
     async def evict(self, job: LLMTrainingJob, pods: list[str], body: kopf.Body, logger: kopf.Logger) -> None:
         """Best effort: on failure a Warning Event; the members' leases remove them a few seconds later."""
