@@ -212,10 +212,14 @@ def test_the_client_authenticates_once_and_again_when_its_token_is_refused() -> 
     client.get("/k")
     client.get("/k")
     assert client.requests["authenticate"] == 1 and etcd.metadata == (("token", "token-1"),)
+    assert "watcher" not in etcd._stubs, "new watches go to a stream opened with the token"
+    etcd._stubs["watcher"] = SimpleNamespace(_metadata=etcd.metadata)
+    client.get("/k")
+    assert "watcher" in etcd._stubs, "the same token keeps its stream"
     etcd.restart()  # a restarted etcd, or a token idle for 5 minutes
     client.get("/k")
-    assert client.requests["authenticate"] == 2 and client.requests["get"] == 4, "one retry, fresh token"
-    assert etcd._stubs["watcher"]._metadata == (("token", "token-2"),), "a reconnecting watch sends it too"
+    assert client.requests["authenticate"] == 2 and client.requests["get"] == 5, "one retry, fresh token"
+    assert "watcher" not in etcd._stubs, "etcd cancels a new watch on a stream of a stale token: a new stream"
     etcd.denied.add("/other")
     with pytest.raises(EtcdError, match="permission denied"):
         client.get("/other")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 import types
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -152,6 +153,11 @@ class EtcdClient:
         """Round trips sent, by call (``get``, ``list``, ``read``, ``compare-and-set``...): the membership's
         cost per recovery is counted from it (tests/trainer/test_live_membership.py)."""
         self._client: Any = self._make_client()
+        self._watch_lock = threading.Lock()
+        self._watch_seq = 0
+        self._watches: dict[int, tuple[Any, int]] = {}
+        """Our watch id -> (the library's watcher, its id on that watcher's stream): ids are per stream, and
+        a new token opens a new stream."""
 
     def _make_client(self) -> Any:
         endpoints = [
@@ -209,8 +215,11 @@ class EtcdClient:
         metadata = ((METADATA_KEY, token),) if token is not None else None
         self._client.metadata = metadata
         watcher = self._client._stubs.get("watcher")
-        if watcher is not None:  # its stream reconnects with the metadata it was made with
-            watcher._metadata = metadata
+        if watcher is not None and watcher._metadata != metadata:
+            # etcd checks a new watch against the token its stream was opened with, and cancels it without a
+            # word when that token is missing or stale: new watches go to a new stream with this token. The
+            # watches of the old stream keep delivering (they were admitted) until they are cancelled.
+            del self._client._stubs["watcher"]
         self._authenticated = True
 
     # -- health -------------------------------------------------------------------------------------------
@@ -350,17 +359,28 @@ class EtcdClient:
             put_event = self._lib.events.PutEvent
             callback([bytes(ev.key) for ev in events if isinstance(ev, put_event)])
 
-        def run(c: Any) -> int:
-            if key.endswith("/"):
-                return int(c.add_watch_prefix_callback(key, on_response, start_revision=start_revision))
-            return int(c.add_watch_callback(key, on_response, start_revision=start_revision))
+        def run(c: Any) -> tuple[Any, int]:
+            watcher = c.watcher  # the stream of the current token (see authenticate)
+            end = self._lib.utils.prefix_range_end(key.encode()) if key.endswith("/") else None
+            return watcher, int(
+                watcher.add_callback(key, on_response, range_end=end, start_revision=start_revision)
+            )
 
-        return self._call(f"watch {key}", run)
+        watcher, stream_id = self._call(f"watch {key}", run)
+        with self._watch_lock:
+            self._watch_seq += 1
+            self._watches[self._watch_seq] = (watcher, stream_id)
+            return self._watch_seq
 
     def cancel_watch(self, watch_id: int) -> None:
         """Stop a watch; errors are ignored (the stream may already be gone)."""
+        with self._watch_lock:
+            found = self._watches.pop(watch_id, None)
+        if found is None:
+            return
+        watcher, stream_id = found
         try:
-            self._client.cancel_watch(watch_id)
+            watcher.cancel(stream_id)
         except Exception:  # best effort: the watch dies with its stream anyway
             log.debug("cancel_watch(%s) failed", watch_id, exc_info=True)
 
