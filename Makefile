@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo    - build tools (first run), local cluster whose pods run, the operator and a job that trains through a node loss"
 	@echo "              DEMO_ARGS=--containers: every worker in a container of the trainer image (builds it first: make images)"
+	@echo "              DEMO_ARGS=--kubelet: real kubelet nodes (root) pull that image; a node is deleted and one added"
 	@echo "make test    - unit, trainer, chart and integration tests against a real local control plane"
 	@echo "make lint    - ruff + mypy --strict on the packages"
 	@echo "make crds    - regenerate crds/, the chart's copy and docs/api.md from the API models"

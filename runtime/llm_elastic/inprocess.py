@@ -231,6 +231,7 @@ class InProcess(RecoveryMode):
             # member a full replica, or under HSDP every host one), and whoever is stopped last (a
             # suspend's signals arrive at different times) saves it here.
             s.persistence.save()
+            s.persistence.wait()  # complete before Leave closes the groups and the process ends
             log.info("every member stopped at step %d (saved)", s.position.progress.step)
             raise Leave(0)
         if step.evicted is not None:

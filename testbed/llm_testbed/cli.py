@@ -47,6 +47,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="every worker in a container of the trainer image (`make images`, podman + runc)",
     )
+    p.add_argument(
+        "--kubelet",
+        action="store_true",
+        help="real kubelet nodes (the kubelet tier: root) pulling the trainer image (`make images`)",
+    )
     p.add_argument("--nodes", type=int, default=4, help="--fake-nodes: fake p5.48xlarge nodes (default 4)")
     p.add_argument("--grace", type=int, default=0, help="--fake-nodes: nodeFailureGraceSeconds (default 0)")
     p.set_defaults(func=_cmd_demo)

@@ -7,7 +7,10 @@ world size 3, one node is lost (NotReady: its processes die at once), the surviv
 processes (restart: resume from the newest checkpoint), the node returns and the job grows back to 3. The
 closing lines say what the failure cost, from the trainer's own step log (``llm_elastic.accounting``).
 With ``--containers`` the trainer image is built (``make images``, cached) and every worker runs in a
-container of it (the pod runner's container mode, its own cluster ``llmjob-demo-containers``).
+container of it (the pod runner's container mode, its own cluster ``llmjob-demo-containers``). With
+``--kubelet`` the nodes are real kubelets (``llmjob-demo-kubelet``, the kubelet tier): each pulls the image
+from the tier's registry, and the node is lost for real (``chaos delete-node``: kubelet, containerd and
+containers killed at once) and a new node of the same name joins (``add-node``, its pull included).
 """
 
 from __future__ import annotations
@@ -30,25 +33,28 @@ from llm_testbed.localcluster.kubectl import Kubectl
 
 CLUSTER = "llmjob-demo-train"
 CONTAINERS_CLUSTER = "llmjob-demo-containers"  # a cluster keeps its runner's mode: one of its own
+KUBELET_CLUSTER = "llmjob-demo-kubelet"
 JOB = "llama-demo"
 NAMESPACE = "demo"
 PV = "demo-shared"
 STEP_TIMEOUT = 240.0
+PULL_TIMEOUT = 600.0  # kubelet nodes pulling the 5.6 GiB trainer image at once
 
 
 class Progress:
     """Waits on the trainer's step log, printing a line every few steps so the run is visible."""
 
-    def __init__(self, cluster: LocalCluster, timeline: Timeline) -> None:
+    def __init__(self, cluster: LocalCluster, timeline: Timeline, timeout: float = STEP_TIMEOUT) -> None:
         self.volume = cluster.volume_dir(PV)
         self.timeline = timeline
+        self.timeout = timeout
         self.printed = 0
 
     def records(self) -> list[dict[str, Any]]:
         return training.records(self.volume)
 
     def wait(self, what: str, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + STEP_TIMEOUT
+        deadline = time.monotonic() + self.timeout
         while True:
             records = self.records()
             for r in records:
@@ -60,7 +66,7 @@ class Progress:
             if done(records):
                 return records
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {STEP_TIMEOUT:.0f}s waiting for {what}")
+                raise TimeoutError(f"timed out after {self.timeout:.0f}s waiting for {what}")
             time.sleep(0.5)
 
     def steps_at(self, what: str, world: int, count: int, after: float) -> dict[str, Any]:
@@ -81,16 +87,26 @@ def _worker(kube: Kubectl, index: int) -> dict[str, Any] | None:
 def run(args: argparse.Namespace) -> int:
     """Run the story; returns the exit code."""
     containers = bool(getattr(args, "containers", False))
-    name = CONTAINERS_CLUSTER if containers else CLUSTER
-    if containers:
+    kubelet = bool(getattr(args, "kubelet", False))
+    name = KUBELET_CLUSTER if kubelet else CONTAINERS_CLUSTER if containers else CLUSTER
+    if containers or kubelet:
         from llm_testbed.images import build
 
         print(">> 0/6 the trainer image (make images: built once, then cached)", flush=True)
         args.trainer_image = build.ensure(["trainer"])["trainer"]
     cluster = LocalCluster(name)
     where = f"containers of {args.trainer_image}" if containers else "processes"
-    print(f">> 1/6 local cluster `{name}`: 3 fake p5.48xlarge nodes whose pods run as {where}", flush=True)
-    cluster.up(gpu_nodes=3, cpu_nodes=1, run_pods=True, containers=containers)
+    if kubelet:
+        print(f">> 1/6 local cluster `{name}`: 3 p5.48xlarge-shaped kubelet nodes (kubelet + containerd)")
+        cluster.up(gpu_nodes=3, cpu_nodes=1, kubelet=True)
+        from llm_testbed.kubeletnodes import workload
+
+        workload.publish_trainer(cluster.kubelet_tier, args.trainer_image, 3)
+    else:
+        print(
+            f">> 1/6 local cluster `{name}`: 3 fake p5.48xlarge nodes whose pods run as {where}", flush=True
+        )
+        cluster.up(gpu_nodes=3, cpu_nodes=1, run_pods=True, containers=containers)
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     log = cluster.logs_dir / "demo-operator.log"
     print(f">> 2/6 operator: llmjob operator --all-namespaces (log: {log})", flush=True)
@@ -100,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"demo failed: {exc}\n--- operator log (tail) ---\n{log.read_text(errors='replace')[-3000:]}",
               file=sys.stderr)  # fmt: skip
-        print(f"pod logs: {cluster.podrunner_dir / 'logs'}", file=sys.stderr)
+        logs = f"kubectl logs -n {NAMESPACE} <pod>" if kubelet else cluster.podrunner_dir / "logs"
+        print(f"pod logs: {logs}", file=sys.stderr)
         return 1
     finally:
         stop_operator(operator)
@@ -124,9 +141,15 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
         _remove_tree(volume / sub)
     training.prepare_data(volume)
     kube.apply(training.shared_volume(PV, NAMESPACE))
+    image = getattr(args, "trainer_image", None)
+    kubelet = cluster.runs_kubelets
+    if kubelet and image:
+        from llm_testbed.kubeletnodes import workload
+
+        training.share_with_group(volume, workload.image_group(image))  # no fsGroup on a hostPath volume
 
     tl = Timeline()
-    progress = Progress(cluster, tl)
+    progress = Progress(cluster, tl, PULL_TIMEOUT if kubelet else STEP_TIMEOUT)
     recovery = getattr(args, "recovery", "inProcess")
     job = training.training_job(
         JOB, NAMESPACE, minimum=2, maximum=3, steps=100000, checkpoint_every=10, recovery=recovery
@@ -135,7 +158,6 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
         f">> 4/6 apply LLMTrainingJob {JOB}: tiny Llama, min 2, max 3, etcd-v3, recovery {recovery}, "
         "checkpoint every 10 steps"
     )
-    image = getattr(args, "trainer_image", None)
     if image:
         from llm_testbed.images.podman import Podman
 
@@ -151,9 +173,13 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
     if victim is None:
         raise RuntimeError(f"{JOB}-worker-1 not found")
     node = victim["spec"]["nodeName"]
-    print(f">> 5/6 node {node} is lost (NotReady): {JOB}-worker-1's processes die with it", flush=True)
+    how_lost = "deleted: kubelet, containerd and" if kubelet else "lost (NotReady):"
+    print(f">> 5/6 node {node} is {how_lost} {JOB}-worker-1's processes die with it", flush=True)
     before = progress.records()[-1]
-    chaos.node_not_ready(node, kube=kube, wait=False)
+    if kubelet:
+        chaos.delete_node(node, kube=kube)
+    else:
+        chaos.node_not_ready(node, kube=kube, wait=False)
     t_lost = tl.mark(f"node {node} lost", f"last step {before['step']}")
     resumed = progress.steps_at("the survivors to resume at world size 2", 2, 1, before["time"])
     if recovery == "inProcess":
@@ -167,9 +193,12 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
             f"{time.monotonic() - t_lost:.1f}s; resumed from checkpoint step {resumed['resumed_from']}",
         )
     progress.steps_at("10 steps at world size 2", 2, 10, before["time"])
-    chaos.node_ready(node, kube=kube)
+    if kubelet:
+        chaos.add_node(node, kind="gpu", kube=kube)  # a new instance: it pulls the image again
+    else:
+        chaos.node_ready(node, kube=kube)
     back = progress.records()[-1]
-    t_back = tl.mark(f"node {node} Ready again")
+    t_back = tl.mark(f"node {node} {'added' if kubelet else 'Ready again'}")
     grown = progress.steps_at("the replacement to join at world size 3", 3, 1, back["time"])
     tl.mark("replacement joined: world size 3", f"{time.monotonic() - t_back:.1f}s after the node returned")
     progress.steps_at("10 steps at world size 3", 3, 10, grown["time"] - 0.001)

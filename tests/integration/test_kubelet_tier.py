@@ -10,7 +10,6 @@ verbs with their real meaning (the kubelet stops while the containers go on; the
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +17,9 @@ from typing import Any
 
 import pytest
 from llm_testbed.kubeletnodes.node import node_pids
-from llm_testbed.kubeletnodes.tier import active_cluster
-from llm_testbed.localcluster import chaos, marks, paths
-from llm_testbed.localcluster.cluster import LocalCluster, pid_alive
+from llm_testbed.kubeletnodes.workload import run_cluster
+from llm_testbed.localcluster import chaos, marks
+from llm_testbed.localcluster.cluster import LocalCluster
 from support.kube import create, get_pod
 from support.wait import wait_for
 
@@ -37,20 +36,9 @@ WORKER_SCRIPT = (
 
 @pytest.fixture(scope="module")
 def kubelet_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    owner = active_cluster()  # a killed earlier run's cluster would hold the machine's kubelet tier
-    stale = re.fullmatch(r"pytest-kubelet-(\d+)", owner.name) if owner is not None else None
-    if owner is not None and stale is not None and not pid_alive(int(stale.group(1))):
-        LocalCluster(owner.name).down()
-    local = LocalCluster(f"pytest-kubelet-{os.getpid()}")
     logs = tmp_path_factory.mktemp("kubelet-cluster-logs")
-    try:
-        local.up(2, 0, crds_dir=paths.crds_dir(), kubelet=True)
+    with run_cluster(f"pytest-kubelet-{os.getpid()}", 2, 0, logs) as local:
         yield local
-    finally:
-        local.collect_logs(logs)
-        if local.runs_kubelets:
-            local.kubelet_tier.collect_logs(logs / "kubelet-tier")
-        local.down()
 
 
 def _worker(name: str, image: str, node: str, beats: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from llm_testbed.kubeletnodes import configs, images, layout, shared, tier
 from llm_testbed.kubeletnodes.layout import NodeLayout
@@ -107,3 +108,23 @@ def test_a_kubelet_cluster_lets_the_api_server_reach_kubelets_and_keeps_kwok_off
         "kubelet-preferred-address-types": "InternalIP",
     }
     assert patches["kwok-controller"]["manage-all-nodes"] == "false"
+
+
+def test_the_registry_drops_only_built_images_the_builder_no_longer_holds_and_the_disk_is_checked(
+    tmp_path: Path,
+) -> None:
+    from llm_testbed.kubeletnodes import workload
+
+    tags = tmp_path / "docker/registry/v2/repositories" / images.BUILT_NAMESPACE
+    for repository, tag in [("trainer", "old"), ("trainer", "new"), ("operator", "gone")]:
+        (tags / repository / "_manifests/tags" / tag).mkdir(parents=True)
+    stale = images.stale_tags(tmp_path, {"trainer": {"new"}})  # nothing of the operator: left alone
+    assert [(p.parents[2].name, p.name) for p in stale] == [("trainer", "old")]
+    gib = workload.GIB
+    assert workload.room_needed(6 * gib, 3, pushed=True) == 18 * gib + workload.PULL_SPARE
+    assert workload.room_needed(6 * gib, 3, pushed=False) == 21 * gib + workload.PULL_SPARE
+    huge = 10**6 * gib
+    with pytest.raises(workload.NoRoomError) as refused:
+        workload.check_room("localhost/t:k", huge, 3, pushed=True)
+    assert f"needs about {(3 * huge + workload.PULL_SPARE) / gib:.1f} GiB free" in str(refused.value)
+    assert "3 node(s) each unpack their own copy of localhost/t:k" in str(refused.value)

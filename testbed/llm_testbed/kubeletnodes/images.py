@@ -9,7 +9,9 @@ builder's podman (its storage under the cache) and pushed to the tier's registry
 - ``coreos/etcd`` under the rendezvous image's tag: our pinned, static etcd, so the operator's rendezvous
   pods (``quay.io/coreos/etcd``) are pulled from the local registry (containerd mirrors quay.io there).
 
-Images that ``make images`` built (the trainer and the operator) are pushed as they are.
+Images that ``make images`` built (the trainer and the operator) are pushed as they are. The registry's
+storage outlives clusters; before a registry starts, tags of those images that the builder's storage no
+longer holds (it keeps the newest few of each) are removed and their blobs garbage-collected.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from llm_testbed.images.podman import Podman
 from llm_testbed.localcluster.errors import LocalClusterError
 
@@ -29,6 +33,8 @@ PAUSE = "llmjob/pause"
 BUSYBOX = "llmjob/busybox"
 BUSYBOX_BINARY = Path("/bin/busybox")
 LOCAL_PREFIX = "localhost/llmjob-kubelet"
+BUILT_NAMESPACE = "elastic-llm-operator"
+"""The registry namespace of the images `make images` builds (``localhost/elastic-llm-operator/<name>``)."""
 MIRRORED_REGISTRIES = ("quay.io", "docker.io", "registry.k8s.io", "localhost")
 """Registries whose images containerd pulls from the local registry instead (same repository and tag)."""
 
@@ -145,3 +151,40 @@ def publish(podman: Podman, image: ScratchImage, registry: str, reference: str |
     """Build and push ``image``; ``reference`` (default: its repository and content tag)."""
     local = build(podman, image)
     return push(podman, local, registry, reference or f"{image.repository}:{image.tag()}")
+
+
+def stale_tags(storage: Path, built: Mapping[str, set[str]]) -> list[Path]:
+    """Tag folders of ``make images``' repositories in the registry's storage whose image is no longer
+    among ``built`` (repository -> tags the builder holds); a repository it holds nothing of is left
+    alone (pure apart from listing folders)."""
+    root = storage / "docker/registry/v2/repositories" / BUILT_NAMESPACE
+    stale = []
+    for tag in sorted(root.glob("*/_manifests/tags/*")):
+        kept = built.get(tag.parents[2].name)
+        if kept and tag.name not in kept:
+            stale.append(tag)
+    return stale
+
+
+def prune_registry(podman: Podman, storage: Path, binary: Path) -> list[str]:
+    """Untag what :func:`stale_tags` finds and garbage-collect the registry's storage (the registry must
+    not run); returns the ``repository:tag`` removed."""
+    root = storage / "docker/registry/v2/repositories" / BUILT_NAMESPACE
+    built = {
+        repo.name: {ref.rpartition(":")[2] for ref in podman.tags(f"localhost/{BUILT_NAMESPACE}/{repo.name}")}
+        for repo in (root.iterdir() if root.is_dir() else [])
+    }
+    stale = stale_tags(storage, built)
+    if not stale:
+        return []
+    for tag in stale:
+        shutil.rmtree(tag)
+    from llm_testbed.registry import registry_config
+
+    with tempfile.TemporaryDirectory(prefix="llmjob-registry-gc-") as tmp:
+        config = Path(tmp) / "config.yml"
+        config.write_text(yaml.safe_dump(registry_config(storage, 0)))
+        argv = [str(binary), "garbage-collect", "--delete-untagged", str(config)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    _check(done, "garbage-collecting the kubelet tier's registry")
+    return [f"{t.parents[2].name}:{t.name}" for t in stale]

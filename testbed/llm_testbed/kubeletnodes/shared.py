@@ -20,6 +20,7 @@ import yaml
 from llm_testbed.kubeletnodes import layout, network, pki
 from llm_testbed.kubeletnodes.procs import Processes
 from llm_testbed.local_etcd import free_port
+from llm_testbed.localcluster import progress
 from llm_testbed.localcluster.paths import cache_root
 
 COREDNS_ROLE = "system:coredns"
@@ -89,6 +90,12 @@ def start_registry(shared: SharedLayout, binary: Path) -> str:
     if shared.processes.running("registry") is not None and shared.registry_address_file.is_file():
         return shared.registry_address_file.read_text().strip()
     shared.registry_storage.mkdir(parents=True, exist_ok=True)
+    from llm_testbed.images.podman import Podman
+    from llm_testbed.kubeletnodes.images import prune_registry
+
+    pruned = prune_registry(Podman.of_cache(), shared.registry_storage, binary)
+    if pruned:
+        progress.say("kubelet", f"registry: removed images the builder no longer holds: {', '.join(pruned)}")
     shared.registry_dir.mkdir(parents=True, exist_ok=True)
     link = shared.registry_dir / "storage"  # where LocalRegistry keeps its blobs
     if not link.is_symlink():

@@ -284,13 +284,20 @@ class KubeletTier:
         return states
 
     def collect_logs(self, dest: Path) -> list[Path]:
-        """Copy the logs of the shared processes and of every node (call before :meth:`down`)."""
+        """Copy the logs of the shared processes, of every node and of the pods still on it (call before
+        :meth:`down`). Only the known log folders are read: a walk of the whole tier met containerd's
+        snapshots while a container was being removed (FileNotFoundError)."""
         copied = []
-        for log in sorted(self.shared.root.glob("**/logs/*.log")):
-            relative = log.relative_to(self.shared.root)
+        root = self.shared.root
+        found = [*root.glob("logs/*.log"), *root.glob("*/logs/*.log"), *root.glob("*/pod-logs/*/*/*.log")]
+        for log in sorted(found):
+            relative = log.relative_to(root)
             target = dest / str(relative).replace("/logs/", "-").replace("logs/", "")
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log, target)
+            try:
+                shutil.copyfile(log, target)
+            except FileNotFoundError:  # a pod's log, gone with its pod
+                continue
             copied.append(target)
         return copied
 
