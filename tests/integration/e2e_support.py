@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +15,7 @@ import yaml
 from llm_elastic.accounting import Audit, audit
 from llm_operator import labels
 from llm_testbed import training
+from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from support.wait import wait_for
 
@@ -111,6 +114,38 @@ class Training:
     def worker_on(self, index: int) -> dict[str, Any]:
         pod = next(p for p in self.workers() if p["metadata"]["name"] == f"{JOB}-worker-{index}")
         return pod
+
+    def lose_node_in_process(self, pids_before: set[int]) -> NodeLoss:
+        """Worker 1's node goes NotReady and comes back: the survivor (worker 0) keeps its pod and its
+        training process at world size 1, then a replacement of worker 1 joins at world size 2 beside it."""
+        survivor, victim = self.worker_on(0), self.worker_on(1)
+        node = victim["spec"]["nodeName"]
+        lost_at = time.time()
+        chaos.node_not_ready(node, kube=self.cluster.kube, wait=False)
+        alone = self.wait_steps("the survivor to go on at world size 1", world=1, count=3, after=lost_at)
+        assert self.worker_on(0)["metadata"]["uid"] == survivor["metadata"]["uid"], "the survivor's pod stays"
+        survivor_pids = {pid for r in alone for pid in (r["pids"] or [])}
+        assert survivor_pids and survivor_pids < pids_before, (
+            "the survivor's training process is the same one"
+        )
+        chaos.node_ready(node, kube=self.cluster.kube)
+        back_at = time.time()
+        both = self.wait_steps("the replacement to join at world size 2", world=2, count=3, after=back_at)
+        assert survivor_pids < set(both[-1]["pids"]), "the survivor still trains, beside a new process"
+        replacement = self.worker_on(1)
+        assert replacement["metadata"]["uid"] != victim["metadata"]["uid"], "worker 1 was replaced"
+        return NodeLoss(lost_at, alone, replacement)
+
+
+@dataclass(frozen=True)
+class NodeLoss:
+    """What :meth:`Training.lose_node_in_process` saw."""
+
+    lost_at: float
+    alone: list[dict[str, Any]]
+    """The survivor's first steps at world size 1."""
+    replacement: dict[str, Any]
+    """Worker 1's replacement pod."""
 
 
 class StatusWatch:

@@ -15,7 +15,6 @@ operator's range is refused by the pass's pure step (tests/unit/test_contract_sk
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import pytest
 from llm_elastic import contract
 from llm_operator.policy.skew import CONDITION
 from llm_testbed import training
-from llm_testbed.localcluster import chaos
 from llm_testbed.release.previous import export_tree, previous_release
 from support.wait import wait_for
 
@@ -69,22 +67,11 @@ def test_skew_previous_release_runtime_trains_in_process_through_a_node_loss(
     assert status.get("phase") == "Running", status
     assert CONDITION not in {c["type"] for c in status.get("conditions") or []}, status
 
-    survivor, victim = train.worker_on(0), train.worker_on(1)
-    node = victim["spec"]["nodeName"]
-    lost_at = time.time()
-    chaos.node_not_ready(node, kube=train.cluster.kube, wait=False)
-    alone = train.wait_steps("the survivor to go on at world size 1", world=1, count=3, after=lost_at)
-    assert train.worker_on(0)["metadata"]["uid"] == survivor["metadata"]["uid"], "the survivor's pod stays"
-    survivor_pids = {pid for r in alone for pid in (r["pids"] or [])}
-    assert survivor_pids and survivor_pids < pids_before, "the survivor's training process is the same one"
-
-    chaos.node_ready(node, kube=train.cluster.kube)
-    back_at = time.time()
-    both = train.wait_steps("the replacement to join at world size 2", world=2, count=3, after=back_at)
-    assert survivor_pids < set(both[-1]["pids"]), "the survivor still trains, beside a new process"
-    replacement = train.worker_on(1)
-    assert replacement["metadata"]["uid"] != victim["metadata"]["uid"]
-    assert contract.CONTRACT_METRIC not in _metrics(replacement), "the replacement runs the old runtime too"
+    loss = train.lose_node_in_process(pids_before)
+    alone, lost_at = loss.alone, loss.lost_at
+    assert contract.CONTRACT_METRIC not in _metrics(loss.replacement), (
+        "the replacement runs the old runtime too"
+    )
 
     result = train.audit()
     sizes = [(i.world_before, i.world_after) for i in result.interruptions]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -32,7 +31,6 @@ from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, parse_endp
 from llm_operator import labels
 from llm_testbed import training
 from llm_testbed.local_etcd import LocalEtcd, etcd_binary
-from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from support.wait import wait_for
 
@@ -187,18 +185,7 @@ def test_tenant_etcd_keys_belong_to_their_job_on_shared_and_per_job_etcd(
             client.close()
 
     # 4. train trains through a node loss in process.
-    survivor, victim = train.worker_on(0), train.worker_on(1)
-    node = victim["spec"]["nodeName"]
-    lost_at = time.time()
-    chaos.node_not_ready(node, kube=train.cluster.kube, wait=False)
-    alone = train.wait_steps("the survivor to go on at world size 1", world=1, count=3, after=lost_at)
-    assert train.worker_on(0)["metadata"]["uid"] == survivor["metadata"]["uid"], "the survivor's pod stays"
-    survivor_pids = {pid for r in alone for pid in (r["pids"] or [])}
-    assert survivor_pids and survivor_pids < pids_before, "the survivor's training process is the same one"
-    chaos.node_ready(node, kube=train.cluster.kube)
-    back_at = time.time()
-    both = train.wait_steps("the replacement to join at world size 2", world=2, count=3, after=back_at)
-    assert survivor_pids < set(both[-1]["pids"]), "the survivor still trains, beside a new process"
+    loss = train.lose_node_in_process(pids_before)
     result = train.audit()
     assert all(i.replayed == 0 for i in result.interruptions), result.interruptions
     assert {r.get("restart") for r in train.records()} == {0}, "no fallback to a checkpoint"
@@ -208,4 +195,5 @@ def test_tenant_etcd_keys_belong_to_their_job_on_shared_and_per_job_etcd(
     wait_for(lambda: other.user not in _users(shared), 60, "tenant-c's etcd user to go with the job")
     roles = _gateway(shared, "/v3/auth/role/list", {}, _root_token(shared)).get("roles") or []
     assert other.user not in roles and mine.user in roles, roles
-    print(f"tenant etcd: lost node -> survivor's step {alone[0]['time'] - lost_at:.2f} s; {result.summary()}")
+    took = loss.alone[0]["time"] - loss.lost_at
+    print(f"tenant etcd: lost node -> survivor's step {took:.2f} s; {result.summary()}")
