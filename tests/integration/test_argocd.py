@@ -243,28 +243,32 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     assert set(seen) <= {"Missing", "Progressing", "Healthy"}, seen
 
     # 3. A job queued by Kueue (the chart's kueue.enabled "auto" rendered on through Argo CD): Argo CD shows
-    # it Suspended or Progressing with the operator's Admitted message, never Unknown. It then leaves git,
+    # it Suspended or Progressing with a message that says it is queued, never Unknown. It then leaves git,
     # and, once Argo CD compares with that commit (self-heal would bring it back before), the cluster.
-    queued_seen: list[str] = []
+    readings: list[tuple[float, str, str, str]] = []  # (s, Argo CD's health, its message, the job's phase)
 
     def shown_queued() -> tuple[str, str] | None:
         status, message = w.job_health(QUEUED_JOB)
-        if status and (not queued_seen or queued_seen[-1] != status):
-            queued_seen.append(status)
         job_status = (kube.get("llmtrainingjob", QUEUED_JOB, w.ns) or {}).get("status") or {}
         admitted: dict[str, Any] = next(
             (c for c in job_status.get("conditions") or [] if c.get("type") == "Admitted"), {}
         )
+        reading = (status, message, str(job_status.get("phase")))
+        if not readings or readings[-1][1:] != reading:
+            readings.append((round(time.monotonic() - queued_from, 1), *reading))
         held = job_status.get("phase") == "Queued" and admitted.get("reason") == "Queued"
-        shown = status in ("Suspended", "Progressing") and message == f"Queued: {admitted.get('message')}"
-        return (status, message) if held and shown else None
+        return (
+            (status, message)
+            if held and status in ("Suspended", "Progressing") and message.startswith("Queued: ")
+            else None
+        )
 
     queued_from = time.monotonic()
     shown = w.wait(shown_queued, "Kueue to hold the queued job and Argo CD to show it queued",
            lambda: f"{(kube.get('llmtrainingjob', QUEUED_JOB, w.ns) or {}).get('status')}; "
                    f"{w.job_health(QUEUED_JOB)}", timeout=STEP_TIMEOUT)  # fmt: skip
-    assert set(queued_seen) <= {"Missing", "Progressing", "Suspended"}, queued_seen
-    print(f"queued job in Argo CD: {shown}, after {time.monotonic() - queued_from:.1f}s; seen {queued_seen}")
+    assert {r[1] for r in readings if r[1]} <= {"Missing", "Progressing", "Suspended"}, readings
+    print(f"queued job in Argo CD: {shown}, after {time.monotonic() - queued_from:.1f}s; readings {readings}")
     w.git.remove(f"jobs/{QUEUED_JOB}.yaml")
     unqueued = w.commit("the queued job leaves git", JOBS_APP)
     w.wait(lambda: apps.state(w.app(JOBS_APP)).revision == unqueued, "Argo CD to compare with the commit",

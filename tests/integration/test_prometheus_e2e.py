@@ -9,17 +9,29 @@ PrometheusRule with a short ``for`` set through values, and the queries checked 
 dashboard ConfigMap the chart ships. Every wait asks Prometheus's HTTP API (``/api/v1/alerts``,
 ``/api/v1/query``).
 
+Two operator replicas run, as the chart runs them (kopf peering): the active one (priority 200) and a
+standby (priority 100), both scraped as the ServiceMonitor's two endpoints would be (``instance`` = each
+one's address).
+
 The story: a job of 2 workers trains, and the dashboard's throughput panel shows the job's own rate (what
-each worker's trainer exports), not twice it; worker-1's node goes NotReady and the 2-GPU-node cluster has
-no other node for the replacement, so the job is held at 1 of 2: LLMJobBelowDesiredSize goes pending, then
-firing; the node returns, the job is whole again and the alert resolves. Then every dashboard query has
-data over the story's time range (the reaction latency panel included: the loss was reacted to).
+each worker's trainer exports), not twice it. Failover: the active replica is paused (SIGSTOP: a frozen
+process, whose gauges stay in its registry) and the standby takes over. worker-1's node goes NotReady and
+the 2-GPU-node cluster has no other node for the replacement, so the job is held at 1 of 2:
+LLMJobBelowDesiredSize goes pending, then firing, from the series of the replica now active. The paused
+replica resumes (SIGCONT) and, having the higher priority, serves again: the one that took over stands
+down and its per-job series leave Prometheus while it is still scraped. The node returns, the job is whole
+again and the alert resolves. Every dashboard query has data over the story's time range (the reaction
+latency panel included: the loss was reacted to). Last, the job is deleted: no per-job series of it is
+left on either replica, and no job alert fires on a stale one (the replica that stood down last saw the
+job at 1 of 2: a stale ``ready`` would fire LLMJobBelowDesiredSize).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,13 +47,15 @@ from llm_testbed.localcluster.tools import ensure
 from llm_testbed.prometheus_server import PodTargets, PrometheusServer
 from support.wait import wait_for
 
-from .conftest import _training
+from .conftest import PeeredOperatorProcess, _training
 from .e2e_support import JOB, STEP_TIMEOUT, Training
 
-pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(540)]
 
 ALERT = "LLMJobBelowDesiredSize"
+WAITING = "LLMJobWaitingForCapacity"
 FOR_SECONDS = 8
+ACTIVE_PRIORITY, STANDBY_PRIORITY = "200", "100"
 SCRAPE = "2s"  # the monitors' interval and timeout: a worker starved of CPU may need more than 1 s to answer
 RELEASE_NAMESPACE = "llm-system"
 MONITORING = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor")
@@ -55,7 +69,13 @@ def _values(namespace: str) -> dict[str, Any]:
             "serviceMonitor": {"enabled": True, "interval": SCRAPE, "scrapeTimeout": SCRAPE},
             "trainerPodMonitor": {"enabled": True, "interval": SCRAPE},
         },
-        "prometheusRule": {"enabled": True, "alerts": {"belowDesiredSize": {"for": f"{FOR_SECONDS}s"}}},
+        "prometheusRule": {
+            "enabled": True,
+            "alerts": {
+                "belowDesiredSize": {"for": f"{FOR_SECONDS}s"},
+                "waitingForCapacity": {"for": f"{FOR_SECONDS}s"},
+            },
+        },
         "grafanaDashboard": {"enabled": True},
     }
 
@@ -69,29 +89,55 @@ def rendered(process_namespace: str, tmp_path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def metrics_port() -> int:
-    return free_port()
+def metrics_ports() -> tuple[int, int]:
+    """The /metrics ports of the replica that starts active and of the standby."""
+    return free_port(), free_port()
 
 
 @pytest.fixture
 def train(
-    process_cluster: LocalCluster, process_namespace: str, tmp_path: Path, metrics_port: int
+    process_cluster: LocalCluster, process_namespace: str, tmp_path: Path, metrics_ports: tuple[int, int]
 ) -> Iterator[Training]:
-    """The e2e world with the operator serving /metrics on ``metrics_port``."""
-    yield from _training(
-        process_cluster, process_namespace, tmp_path, extra_args=["--metrics-port", str(metrics_port)]
-    )
+    """The e2e world with the first operator replica (priority 200) serving /metrics on its port."""
+    args = ["--metrics-port", str(metrics_ports[0]), "--priority", ACTIVE_PRIORITY]
+    yield from _training(process_cluster, process_namespace, tmp_path, extra_args=args)
+
+
+@pytest.fixture
+def standby(
+    train: Training, process_namespace: str, tmp_path: Path, metrics_ports: tuple[int, int]
+) -> Iterator[PeeredOperatorProcess]:
+    """The second replica (priority 100), started once the first serves. Afterwards the first is resumed
+    (a failed test may leave it paused) and the second stopped, before the world is taken down."""
+    folder = tmp_path / "standby"
+    folder.mkdir()
+    args = ["--metrics-port", str(metrics_ports[1]), "--priority", STANDBY_PRIORITY]
+    env = {"LLMJOB_PROGRESS_SECONDS": train.operator.env["LLMJOB_PROGRESS_SECONDS"]}
+    replica = PeeredOperatorProcess(process_namespace, folder, ["--namespace", process_namespace], args, env)
+    _wait_serving(train.operator, "active")
+    replica.start()
+    try:
+        yield replica
+    finally:
+        _signal(train.operator, signal.SIGCONT)
+        replica.stop()
 
 
 @pytest.fixture
 def prometheus(
-    process_cluster: LocalCluster, rendered: list[dict[str, Any]], metrics_port: int, tmp_path: Path
+    process_cluster: LocalCluster,
+    rendered: list[dict[str, Any]],
+    metrics_ports: tuple[int, int],
+    tmp_path: Path,
 ) -> Iterator[PrometheusServer]:
     folder = tmp_path / "prometheus"
     targets = folder / "pod-targets.json"
     jobs = monitors.scrape_configs(
-        rendered, pod_targets_file=targets, operator_address=f"127.0.0.1:{metrics_port}"
+        rendered, pod_targets_file=targets, operator_address=_address(metrics_ports[0])
     )
+    for job in jobs:  # the ServiceMonitor's job: one endpoint per replica, as the Service has
+        for static in job.get("static_configs", []):
+            static["targets"] = [_address(port) for port in metrics_ports]
     namespaces = monitors.pod_monitor_namespaces(one(rendered, "PodMonitor"))
     assert namespaces, "the test's values name the watched namespace"
     with (
@@ -99,6 +145,20 @@ def prometheus(
         PrometheusServer(folder, jobs, monitors.rule_groups(rendered)) as server,
     ):
         yield server
+
+
+def _address(port: int) -> str:
+    return f"127.0.0.1:{port}"
+
+
+def _signal(replica: PeeredOperatorProcess, sig: signal.Signals) -> None:
+    if replica.proc is not None and replica.proc.poll() is None:
+        os.kill(replica.proc.pid, sig)
+
+
+def _wait_serving(replica: PeeredOperatorProcess, state: str, timeout: float = 60) -> None:
+    """Until the replica's /readyz reports peering state ``state`` (active, standby)."""
+    wait_for(lambda: replica.probe("/readyz")[1].get("state") == state, timeout, f"a replica {state}", 0.25)
 
 
 def _seconds(duration: str) -> float:
@@ -117,16 +177,38 @@ def _has_data(result: list[dict[str, Any]]) -> bool:
     return any(v[1] not in ("NaN", "+Inf", "-Inf") for series in result for v in series["values"])
 
 
-def _state(server: PrometheusServer) -> str:
-    found = server.alerts(ALERT)
+def _state(server: PrometheusServer, name: str = ALERT) -> str:
+    found = server.alerts(name)
     return str(found[0]["state"]) if found else "inactive"
 
 
+def _instances(server: PrometheusServer, expr: str) -> set[str]:
+    """The ``instance`` of every series of ``expr`` now (which replica exported it)."""
+    return {str(series["metric"].get("instance")) for series in server.query(expr)}
+
+
+def _reading(server: PrometheusServer, selector: str) -> str:
+    """The alert's state, each replica's peering state and every per-job series, by replica (for a log)."""
+    states = [f"{r['metric'].get('instance')}={r['metric'].get('state')}" for r in server.query(
+        "llmjob_operator_state == 1")]  # fmt: skip
+    series = []
+    for r in server.query(f'{{__name__=~"llmjob_job_replicas|llmjob_job_phase", {selector}}}'):
+        labels = r["metric"]
+        series.append(f"{labels.get('instance')}:{labels.get('kind') or labels.get('phase')}={r['value'][1]}")
+    return f"{_state(server)} {sorted(states)} {sorted(series)}"
+
+
 def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_data(
-    train: Training, prometheus: PrometheusServer, rendered: list[dict[str, Any]], process_namespace: str
+    train: Training,
+    standby: PeeredOperatorProcess,
+    prometheus: PrometheusServer,
+    rendered: list[dict[str, Any]],
+    process_namespace: str,
+    metrics_ports: tuple[int, int],
 ) -> None:
     start = time.time()
     ns = process_namespace
+    first, second = (_address(port) for port in metrics_ports)
     selector = f'namespace="{ns}", llmjob="{JOB}"'
     train.apply(training.training_job(JOB, ns, minimum=1, maximum=2, steps=5000))
 
@@ -134,10 +216,11 @@ def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_
         up = [t for t in prometheus.targets() if t["health"] == "up"]
         workers = [t for t in up if t["labels"].get("llmjob") == JOB and t["labels"]["namespace"] == ns]
         operator = [t for t in up if t["labels"]["job"].endswith("-metrics")]
-        return up if len(workers) == 2 and len(operator) == 1 else None
+        return up if len(workers) == 2 and len(operator) == 2 else None
 
-    wait_for(scraped, STEP_TIMEOUT, "Prometheus scraping the operator and both workers", interval=1)
-    # The operator alerts' default selector finds the target the ServiceMonitor made, and it leads.
+    wait_for(scraped, STEP_TIMEOUT, "Prometheus scraping both operator replicas and both workers", interval=1)
+    _wait_serving(standby, "standby")
+    # The operator alerts' default selector finds the targets the ServiceMonitor made, and one replica leads.
     rules = {r.get("alert"): r["expr"] for g in monitors.rule_groups(rendered) for r in g["rules"]}
     for quiet in ("LLMJobOperatorDown", "LLMJobOperatorNoLeader"):
         assert not prometheus.query(rules[quiet]), f"{quiet} would fire with the operator up and leading"
@@ -152,7 +235,16 @@ def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_
     _check_throughput(prometheus, rendered, ns, selector)
     # Whole: ready == desired, so the alert (which may have fired while the workers started) is inactive.
     wait_for(lambda: _state(prometheus) == "inactive", 60, f"{ALERT} inactive while the job is whole", 0.5)
+    ready_series = f'llmjob_job_replicas{{{selector}, kind="ready"}}'
+    assert _instances(prometheus, ready_series) == {first}, "only the active replica exports the job"
 
+    # Failover: the active replica is paused; the standby takes over once its keep-alive expires.
+    _signal(train.operator, signal.SIGSTOP)
+    _wait_serving(standby, "active")
+    wait_for(lambda: _instances(prometheus, ready_series) == {second}, 60, "the job's series from the new "
+             "active replica alone (the paused one no longer answers its scrape)", 0.5)  # fmt: skip
+
+    # A node loss after the failover: the alert that should fire fires, from the active replica's series.
     node = train.worker_on(1)["spec"]["nodeName"]
     chaos.node_not_ready(node, kube=train.cluster.kube, wait=False)
     lost_at = time.monotonic()
@@ -163,7 +255,29 @@ def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_
     wait_for(lambda: _state(prometheus) == "firing", 60, f"{ALERT} firing after for={FOR_SECONDS}s", 0.25)
     firing_at = time.monotonic()
     assert firing_at - pending_at >= FOR_SECONDS - 1.5, "firing only after `for` (values) has passed"
-    assert prometheus.query(f'llmjob_job_replicas{{{selector}, kind="ready"}} == 1'), "held at 1 of 2"
+    assert _instances(prometheus, f"{ready_series} == 1") == {second}, "held at 1 of 2, by the active replica"
+    print(f"{WAITING} while the job was short: {_state(prometheus, WAITING)}")
+
+    # The paused replica resumes and serves again (higher priority): the one that took over stands down,
+    # and its per-job series leave Prometheus while it is still scraped. The job is still short: the alert
+    # fires, now from the resumed replica's series. (Its `for` may restart on the way: until its first pass
+    # the resumed replica exports what it saw before the pause, as active; docs/decisions.md UF5.)
+    _signal(train.operator, signal.SIGCONT)
+    states: list[str] = []
+
+    def handed_back() -> bool:
+        reading = _reading(prometheus, selector)
+        if not states or states[-1] != reading:
+            states.append(reading)
+        standing_by = prometheus.query(f'llmjob_operator_state{{instance="{second}", state="standby"}} == 1')
+        handed = bool(standing_by) and _instances(prometheus, f"{ready_series} == 1") == {first}
+        return handed and standby.probe("/readyz")[1].get("state") == "standby"
+
+    wait_for(handed_back, 60, "the job's series from the resumed replica alone, the other standing by", 0.25)
+    assert not prometheus.query(f'llmjob_job_replicas{{instance="{second}"}}'), "the standby's series stay"
+    wait_for(lambda: _state(prometheus) == "firing", 60, f"{ALERT} firing after the hand-back", 0.25)
+    print(f"{ALERT} while the paused replica resumed (alert, replica states, per-job series):")
+    print("\n".join(states))
 
     chaos.node_ready(node, kube=train.cluster.kube)
     wait_for(lambda: _state(prometheus) == "inactive", STEP_TIMEOUT, f"{ALERT} resolved when whole", 0.5)
@@ -176,6 +290,32 @@ def test_prometheus_scrapes_the_chart_targets_alerts_and_dashboard_queries_have_
     )
 
     _check_dashboard(prometheus, rendered, ns, start)
+    _check_no_stale_alert(prometheus, train, selector)
+
+
+def _check_no_stale_alert(prometheus: PrometheusServer, train: Training, selector: str) -> None:
+    """The job deleted: no per-job series of it on any replica, and no job alert pending or firing over
+    `for` and two scrapes (the replica that stood down last saw it at 1 of 2, waiting for capacity)."""
+    train.cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", train.ns, "--wait=true", "--timeout=60s")
+    series = f"llmjob_job_replicas{{{selector}}}"
+
+    def found() -> list[tuple[str, str, str]]:
+        """Every job alert pending or firing and every series of the job left, with its replica."""
+        alerts = [(n, a["state"], str(a["labels"])) for n in (ALERT, WAITING) for a in prometheus.alerts(n)]
+        return alerts + [("series", str(s["metric"].get("instance")), "") for s in prometheus.query(series)]
+
+    # An alert of the live job may still be listed until the next evaluation after its series went.
+    wait_for(lambda: not found(), 60, "no series or alert of the deleted job in Prometheus", 0.5)
+    window = FOR_SECONDS + 2 * _seconds(SCRAPE) + 2
+    until = time.monotonic() + window
+    seen: list[tuple[str, str, str]] = []
+
+    def quiet_for_the_window() -> bool:
+        seen.extend(found())
+        return time.monotonic() >= until
+
+    wait_for(quiet_for_the_window, window + 30, "the window after the deletion", 0.5)
+    assert not seen, f"stale series or alerts after the job was deleted: {seen}"
 
 
 def _dashboard(rendered: list[dict[str, Any]]) -> dict[str, Any]:
