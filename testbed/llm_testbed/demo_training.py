@@ -101,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
         cluster.up(gpu_nodes=3, cpu_nodes=1, kubelet=True)
         from llm_testbed.kubeletnodes import workload
 
-        workload.publish_trainer(cluster.kubelet_tier, args.trainer_image, 3)
+        try:
+            workload.publish_trainer(cluster.kubelet_tier, args.trainer_image, 3)
+        except Exception:
+            cluster.down()  # it would hold the machine's kubelet tier
+            raise
     else:
         print(
             f">> 1/6 local cluster `{name}`: 3 fake p5.48xlarge nodes whose pods run as {where}", flush=True
