@@ -28,6 +28,8 @@ from torch.distributed.elastic.rendezvous.api import (
 )
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
+from llm_elastic.contract import ETCD_PASSWORD_FILE_ENV, ETCD_USER_ENV
+
 log = logging.getLogger(__name__)
 
 BACKEND_NAME = "etcd-v3"
@@ -104,8 +106,7 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
     except EtcdError as exc:
         client.close()
         raise RendezvousConnectionError(
-            f"etcd-v3 rendezvous: cannot reach etcd at {client.label} ({exc}); "
-            "check --rdzv-endpoint and that etcd is running"
+            f"etcd-v3 rendezvous: cannot reach etcd at {client.label} ({exc}); {connection_hint(str(exc))}"
         ) from exc
     lease = LeaseKeeper(client, config.lease_ttl)
     prefix = run_prefix(config.key_prefix, params.run_id)
@@ -116,6 +117,16 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
     if os.environ.setdefault(SHARED_STORE_OPT_OUT, "1") != "1":
         log.warning("%s is not 1: a lost rank-0 node can leave the next round hanging", SHARED_STORE_OPT_OUT)
     return create_handler(store, backend, params)
+
+
+def connection_hint(error: str) -> str:
+    """What to check when the first etcd call fails: the credentials when etcd refused them."""
+    if any(word in error for word in ("user name is empty", "authentication failed", "permission denied")):
+        return (
+            f"etcd runs with auth: the agent needs the job's credentials (${ETCD_USER_ENV} and "
+            f"${ETCD_PASSWORD_FILE_ENV}, which the operator sets with rendezvous.auth on)"
+        )
+    return "check --rdzv-endpoint and that etcd is running"
 
 
 def handler_creator() -> RendezvousHandlerCreator:
