@@ -146,11 +146,19 @@ class JobController:
         try:
             await self._loop(body, pods, nodes, stopped, logger)
             if self.deleted:  # its user and role in the shared etcd go with it
-                await self.etcd.forget(self.job_from(body))
+                await self._forget_etcd_user(body, logger)
         finally:
             prober.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await prober
+
+    async def _forget_etcd_user(self, body: kopf.Body, logger: kopf.Logger) -> None:
+        try:
+            job = self.job_from(body)
+        except Exception as exc:  # a job whose runtime never resolved made no etcd user
+            logger.debug(f"no etcd user to delete for {self.namespace}/{self.name}: {exc}")
+            return
+        await self.etcd.forget(job)
 
     async def _loop(
         self,
