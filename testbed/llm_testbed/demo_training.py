@@ -180,11 +180,11 @@ def _story(cluster: LocalCluster, args: argparse.Namespace) -> int:
     how_lost = "deleted: kubelet, containerd and" if kubelet else "lost (NotReady):"
     print(f">> 5/6 node {node} is {how_lost} {JOB}-worker-1's processes die with it", flush=True)
     before = progress.records()[-1]
+    t_lost = tl.mark(f"node {node} lost", f"last step {before['step']}")  # before: delete-node blocks
     if kubelet:
         chaos.delete_node(node, kube=kube)
     else:
         chaos.node_not_ready(node, kube=kube, wait=False)
-    t_lost = tl.mark(f"node {node} lost", f"last step {before['step']}")
     resumed = progress.steps_at("the survivors to resume at world size 2", 2, 1, before["time"])
     if recovery == "inProcess":
         same = set(resumed.get("pids") or []) <= set(before.get("pids") or [])
