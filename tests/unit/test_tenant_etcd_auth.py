@@ -18,6 +18,7 @@ from llm_elastic.rendezvous.etcd_auth import (
     Credentials,
     Refusal,
     auth_disabled,
+    connection_hint,
     credentials_from_env,
     refusal,
 )
@@ -126,6 +127,21 @@ def test_settings_turn_auth_on_with_a_key_and_the_shared_etcd_all_or_nothing() -
 )
 def test_what_a_refusal_means_for_the_token(details: str, expected: Refusal) -> None:
     assert refusal(details) is expected
+
+
+@pytest.mark.parametrize(
+    ("error", "names_the_credentials"),
+    [
+        ("etcdserver: user name is empty", True),  # an agent without the job's credentials
+        ("etcdserver: authentication failed, invalid user ID or password", True),
+        ("etcdserver: permission denied", True),
+        ("failed to connect to all addresses", False),
+    ],
+)
+def test_torchrun_agents_are_told_what_to_check(error: str, names_the_credentials: bool) -> None:
+    hint = connection_hint(error)
+    assert (contract.ETCD_USER_ENV in hint) is names_the_credentials, hint
+    assert ("--rdzv-endpoint" in hint) is not names_the_credentials, hint
 
 
 def test_the_gateway_answers_are_sorted_the_same_way() -> None:

@@ -32,6 +32,8 @@ METADATA_KEY = "token"
 SAYS_STALE = "invalid auth token"
 SAYS_MISSING = "user name is empty"
 SAYS_AUTH_OFF = "authentication is not enabled"
+SAYS_BAD_CREDENTIALS = "authentication failed"
+SAYS_DENIED = "permission denied"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,23 @@ def refusal(details: str) -> Refusal:
     if SAYS_STALE in details or SAYS_MISSING in details:
         return Refusal.REAUTHENTICATE
     return Refusal.FINAL
+
+
+def credentials_refused(details: str) -> bool:
+    """Whether etcd refused a call for its credentials: none sent, a wrong password, or a key outside the
+    user's role."""
+    return any(says in details for says in (SAYS_MISSING, SAYS_BAD_CREDENTIALS, SAYS_DENIED))
+
+
+def connection_hint(error: str) -> str:
+    """What a torchrun agent should check when its first etcd call fails: the credentials when etcd refused
+    them, else the endpoint."""
+    if credentials_refused(error):
+        return (
+            f"etcd runs with auth: the agent needs the job's credentials (${ETCD_USER_ENV} and "
+            f"${ETCD_PASSWORD_FILE_ENV}, which the operator sets with rendezvous.auth on)"
+        )
+    return "check --rdzv-endpoint and that etcd is running"
 
 
 def auth_disabled(details: str) -> bool:

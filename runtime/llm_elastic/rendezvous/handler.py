@@ -28,8 +28,6 @@ from torch.distributed.elastic.rendezvous.api import (
 )
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
-from llm_elastic.contract import ETCD_PASSWORD_FILE_ENV, ETCD_USER_ENV
-
 log = logging.getLogger(__name__)
 
 BACKEND_NAME = "etcd-v3"
@@ -90,7 +88,7 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
     """
     # Imported here, not at module level: torch imports this module while it is still initialising
     # torch.distributed.elastic.rendezvous (entry-point registration), and our modules import from there.
-    from llm_elastic.rendezvous.etcd_auth import credentials_from_env
+    from llm_elastic.rendezvous.etcd_auth import connection_hint, credentials_from_env
     from llm_elastic.rendezvous.etcd_backend import EtcdV3RendezvousBackend, run_prefix
     from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, parse_endpoints
     from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
@@ -117,16 +115,6 @@ def create_etcd_v3_handler(params: RendezvousParameters) -> RendezvousHandler:
     if os.environ.setdefault(SHARED_STORE_OPT_OUT, "1") != "1":
         log.warning("%s is not 1: a lost rank-0 node can leave the next round hanging", SHARED_STORE_OPT_OUT)
     return create_handler(store, backend, params)
-
-
-def connection_hint(error: str) -> str:
-    """What to check when the first etcd call fails: the credentials when etcd refused them."""
-    if any(word in error for word in ("user name is empty", "authentication failed", "permission denied")):
-        return (
-            f"etcd runs with auth: the agent needs the job's credentials (${ETCD_USER_ENV} and "
-            f"${ETCD_PASSWORD_FILE_ENV}, which the operator sets with rendezvous.auth on)"
-        )
-    return "check --rdzv-endpoint and that etcd is running"
 
 
 def handler_creator() -> RendezvousHandlerCreator:
