@@ -690,9 +690,8 @@ class LLMTrainingJobStatus(_Model):
     """Pending, Queued (waiting for Kueue), Running, Scaling, Restarting, Suspended, Succeeded or Failed."""
     replicas: int = 0
     """Worker pods that exist and are not terminating (scale subresource). A change of this count or of
-    readyReplicas alone is written up to 5 s late; while the job first starts, once the counts stood still
-    for 30 s and at most 120 s late (the next status change writes it at once: Running carries the final
-    counts)."""
+    readyReplicas alone is written up to 5 s late, 120 s while the job first starts (with the next status
+    change, whichever comes first: Running carries the final counts)."""
     readyReplicas: int = 0
     """Worker pods that are Running and Ready (late like replicas: up to 5 s, up to 120 s during the first
     start)."""

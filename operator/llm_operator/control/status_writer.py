@@ -6,11 +6,9 @@ resolve the job's runtime. A write is one merge patch, sent only when a field di
 written last; watches lag behind, so the next pass starts from the decided status, not the watched one.
 
 A write that changes only the counters of :data:`HELD_FIELDS` (workers coming up one by one) waits
-:data:`HOLD_SECONDS` from the first such change, and the counter changes meanwhile join it. While the job
-has not started yet, a held count waits until the counts stop moving for :data:`STARTING_QUIET_SECONDS`, and
-at most :data:`STARTING_HOLD_SECONDS` from the first change: a start that keeps progressing shows its
-count when it runs, a stalled one shows where it stopped. :attr:`StatusWriter.due` tells the controller when
-to pass again, and any other change (phase, conditions, a restart) writes everything at once.
+:data:`HOLD_SECONDS` from the first such change, :data:`STARTING_HOLD_SECONDS` while the job has not
+started yet, and the counter changes meanwhile join it: :attr:`StatusWriter.due` tells the controller when to
+pass again, and any other change (phase, conditions, a restart) writes everything at once.
 """
 
 from __future__ import annotations
@@ -25,19 +23,16 @@ HELD_FIELDS = frozenset({"replicas", "readyReplicas"})
 """Counters whose change alone waits for the hold (``docs/decisions.md``: status writes at start)."""
 HOLD_SECONDS = 5.0
 """A held counter change is written at the latest this long after it arose."""
-STARTING_QUIET_SECONDS = 30.0
-"""While the job has not started (no ``startTime``), a held count is written once the counts have not moved
-for this long: its workers come up over image pulls and node launches, and the write of ``Running``, which
-carries the final counts, comes at once (``docs/decisions.md``, SW6 and SW8)."""
 STARTING_HOLD_SECONDS = 120.0
-"""The latest a held count of a job still starting is written, from the first change held."""
+"""The same while the job has not started (no ``startTime``): its workers come up over image pulls and node
+launches, and the write of ``Running``, which carries the final counts, comes at once; a start that needs a
+person shows it as a condition (``WaitingForCapacity``), written at once too (``docs/decisions.md``, SW6
+and SW9)."""
 
 
-def due_at(decided: Mapping[str, Any], first: float, last: float) -> float:
-    """When a counter change held since ``first``, last moved at ``last``, is to be written."""
-    if decided.get("startTime"):
-        return first + HOLD_SECONDS
-    return min(last + STARTING_QUIET_SECONDS, first + STARTING_HOLD_SECONDS)
+def hold_seconds(decided: Mapping[str, Any]) -> float:
+    """How long a change of the counters alone waits for more of them."""
+    return HOLD_SECONDS if decided.get("startTime") else STARTING_HOLD_SECONDS
 
 
 def changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -63,8 +58,6 @@ class StatusWriter:
         """The status as last written successfully."""
         self.held_since: float | None = None
         """``time.monotonic()`` when the counter change now held first arose (later ones join it)."""
-        self.moved_at: float | None = None
-        """``time.monotonic()`` when a held counter last moved."""
         self.due: float | None = None
         """``time.monotonic()`` by which a held change must be written (a pass then); None: none held."""
 
@@ -77,23 +70,21 @@ class StatusWriter:
     ) -> None:
         """Record ``decided`` as the job's status and merge-patch ``patch`` (default: all of ``decided``)
         when it changes anything written before, unless only :data:`HELD_FIELDS` change within the hold
-        (:func:`due_at`).
+        (:func:`hold_seconds`).
         The decision stands even if the write fails (pods were already changed): the next pass plans from
         it and writes it again."""
-        before, self.decided = self.decided or {}, decided
+        self.decided = decided
         fields = decided if patch is None else patch
         previous = self.written if self.written is not None else dict(body.get("status") or {})
         diff = changes(previous, fields)
         if diff and diff <= HELD_FIELDS and self.written is not None:  # a first write is never held
             now = time.monotonic()
             since = self.held_since if self.held_since is not None else now
-            if self.moved_at is None or changes(before, {k: fields[k] for k in diff}):
-                self.moved_at = now
-            if now < (due := due_at(decided, since, self.moved_at)):
+            if now < (due := since + hold_seconds(decided)):
                 self.held_since, self.due = since, due
                 return
         if diff:
             await self.kube.patch_job_status(self.namespace, self.name, fields)
             self.written = {**previous, **fields}
         if patch is None:  # all of the decision is written (or was): nothing held; a partial record holds on
-            self.due = self.held_since = self.moved_at = None
+            self.due = self.held_since = None
