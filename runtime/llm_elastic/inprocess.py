@@ -18,6 +18,7 @@ import time
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
+from llm_elastic import heap
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, Contract
 from llm_elastic.errors import (
@@ -117,6 +118,7 @@ class InProcess(RecoveryMode):
             self.waiting.for_start_file(cfg.start_when)
         s.health.preflight(lambda: not s.left)
         membership.register()
+        heap.freeze()  # each generation's close then collects only what that generation made
         return self.group, self.waiting
 
     def _next_generation(self, s: ModeHost, waiting: Waiting, left: int) -> Generation | None:

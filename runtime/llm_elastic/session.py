@@ -25,7 +25,6 @@ the mode, :mod:`~llm_elastic.commit`, :mod:`~llm_elastic.persistence`, :mod:`~ll
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -35,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from llm_elastic import heap
 from llm_elastic.commit import Signals, Verdict
 from llm_elastic.committer import Committer
 from llm_elastic.config import ElasticConfig
@@ -266,7 +266,7 @@ class Elastic:
         self.persistence.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-        gc.collect()  # the failed step's frames may hold the old groups' connections
+        heap.settle()  # the failed step's frames may hold the old groups' connections
 
     def restore_collective(self) -> Position | None:
         """Collective: the newest snapshot's or checkpoint's state, and the position it reached (or None)."""
