@@ -133,11 +133,14 @@ def node_not_ready(
     # loss and the status below, which is what wakes the operator (and so ends a survivor's wait).
     for pod in pods_on_node(k, node):
         _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}=true")
-    # The node's mark (no node Stage matches a marked node, and the pod runner stops its pods), then the
-    # Lease: from then on kwok leaves the node alone, so nothing "repairs" the status written below.
+    # The Lease, also before the loss: from then on kwok leaves the node alone, so nothing "repairs" the
+    # status written below (its pods keep running: the pod runner runs them). Then the node's mark (no node
+    # Stage matches a marked node, and the pod runner stops its pods): the loss. Between it and the status
+    # that signals it, one request: the Lease's two (read, patch) would add ~250 ms of test bed to every
+    # measured recovery (docs/benchmarks.md, "The test bed's share of a loss").
+    hold_lease(k, node)
     died_at = time.time()
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}=true", "--overwrite")
-    hold_lease(k, node)
     now = _now()
     lost = [
         {"type": kind, "status": "Unknown", "reason": "NodeStatusUnknown", "message": LOST_MESSAGE,
