@@ -92,3 +92,30 @@ def test_a_lost_worker_whose_name_is_free_is_replaced_by_the_next_pass_at_once(
     asyncio.run(c.reconcile(body, pods, nodes, LOG))  # type: ignore[arg-type]
     assert len(kube.called("delete_pod")) == 1, "the old pod, still in the index, is not lost twice"
     assert [o["kind"] for (o,) in kube.called("create")].count("Pod") == 1
+
+
+def test_a_lost_node_runs_its_jobs_pass_without_waiting_for_the_burst(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node of the job's workers lost (``wake_up(urgent=True)``): the pass starts at once, not after
+    the coalescing wait that gathers an ordinary burst of events (made an hour long here)."""
+    from llm_operator.control import controller as module
+
+    monkeypatch.setattr(module, "COALESCE_SECONDS", 3600.0)
+    c = controller(FakeKube())
+    passes: list[bool] = []
+
+    class Stopped:
+        def __bool__(self) -> bool:
+            return len(passes) >= 2
+
+    async def reconcile(*_: Any, **__: Any) -> float:
+        passes.append(c.urgent)
+        if len(passes) == 1:  # the pass at start; the node is lost while it runs
+            c.wake_up(urgent=True)
+        return 3600.0
+
+    monkeypatch.setattr(c, "reconcile", reconcile)
+    loop = c._loop(manifest(), {}, {}, Stopped(), LOG)  # type: ignore[arg-type]
+    asyncio.run(asyncio.wait_for(loop, 10))
+    assert passes == [False, False], "two passes, the flag spent when the second began"

@@ -15,6 +15,7 @@ from llm_operator.control.jobs import (
     job_facts,
     node_health,
     node_improved,
+    node_lost,
     running_jobs,
 )
 from llm_operator.settings import Settings
@@ -50,6 +51,25 @@ def test_a_node_improves_when_it_can_take_workers_it_could_not_before() -> None:
     assert not node_improved(ok, (False, False, ()))  # lost
     assert not node_improved(ok, tainted)
     assert not node_improved(ok, (True, True, ()))  # cordoned
+
+
+def test_a_node_is_lost_when_deleted_or_no_longer_ready() -> None:
+    ok, not_ready, cordoned = (True, False, ()), (False, False, ()), (True, True, ())
+    assert node_lost(ok, None) and node_lost(ok, not_ready)
+    assert not node_lost(None, ok) and not node_lost(None, None)  # new, or unknown before
+    assert not node_lost(not_ready, None), "already lost: its jobs passed then"
+    assert not node_lost(ok, cordoned) and not node_lost(not_ready, ok)
+
+
+def test_only_the_jobs_on_a_lost_node_pass_without_coalescing() -> None:
+    jobs = running(A, B)
+    index = {A: [pod(0, node="n1")], B: [pod(1, node="n2")]}
+    ok = (True, False, ())
+    jobs.node_changed("n1", ok, index)
+    assert not any(c.urgent for c in jobs.controllers.values()), "room gained: a burst may follow"
+    woken(jobs)
+    jobs.node_changed("n1", (False, False, ()), index)
+    assert woken(jobs) == {A} and jobs.controllers[A].urgent and not jobs.controllers[B].urgent
 
 
 def test_node_health_is_readiness_schedulability_and_taints_without_values() -> None:

@@ -115,11 +115,15 @@ class JobController:
         next pass runs at once and creates the replacement, before the watch shows the deletion."""
         self.woken_at: float | None = None
         """When (monotonic) the first event since the last pass started woke the job (``apply.PassClock``)."""
+        self.urgent = False
+        """A node of one of its workers was lost since the last pass began: no coalescing (``wake_up``)."""
 
-    def wake_up(self) -> None:
-        """An event concerns the job: run a pass soon."""
+    def wake_up(self, urgent: bool = False) -> None:
+        """An event concerns the job: run a pass soon. ``urgent``: one of its workers' node was lost (deleted,
+        or no longer Ready): the pass runs at once, the burst of pod events that follows gets its own."""
         if self.woken_at is None:
             self.woken_at = time.monotonic()
+        self.urgent = self.urgent or urgent
         self.wake.set()
 
     def job_deleted(self) -> None:
@@ -175,10 +179,11 @@ class JobController:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=max(MIN_WAIT, timeout))
-                if self.wake.is_set():
+                if self.wake.is_set() and not self.urgent:
                     # Events come in bursts (a node loss touches every pod on it): one pass for the burst.
                     await asyncio.sleep(COALESCE_SECONDS)
             self.wake.clear()
+            self.urgent = False
             if stopped or self.deleted:
                 break
             started = time.perf_counter()

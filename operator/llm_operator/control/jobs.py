@@ -67,6 +67,12 @@ def node_improved(old: NodeHealth | None, new: NodeHealth | None) -> bool:
     return (new[0] and not old[0]) or (old[1] and not new[1]) or bool(set(old[2]) - set(new[2]))
 
 
+def node_lost(old: NodeHealth | None, new: NodeHealth | None) -> bool:
+    """Whether the node's workers are lost now: Ready before, and now deleted or not Ready. Their jobs pass
+    at once, without waiting for the rest of the burst (``controller.COALESCE_SECONDS``)."""
+    return old is not None and old[0] and (new is None or not new[0])
+
+
 class RunningJobs:
     """The controllers of the jobs this operator runs (one per kopf daemon), what they share, and the
     wake-up routing of every event: handlers only record what changed and wake the jobs it concerns."""
@@ -194,11 +200,11 @@ class RunningJobs:
             self.node_health.pop(name, None)
         else:
             self.node_health[name] = health
-        improved = node_improved(old, health)
+        improved, lost = node_improved(old, health), node_lost(old, health)
         on_node = {key for key, views in self.live(pods_index).items() if any(v.node == name for v in views)}
         for key, controller in list(self.controllers.items()):
             if key in on_node or (improved and not controller.at_size):
-                controller.wake_up()
+                controller.wake_up(urgent=lost and key in on_node)
 
     def job_changed(self, key: JobKey, deleted: bool, facts: Hashable = None) -> None:
         """Spec, scale or metadata changed (``facts``, see :func:`job_facts`; None: always): wake the job's
