@@ -15,6 +15,7 @@ losses, and the steps replayed.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -62,6 +63,31 @@ def training_members(cluster: LocalCluster, volume: Path) -> list[str]:
     return sorted(p["metadata"]["name"] for p in pods)
 
 
+def lost_time(records: list[dict[str, Any]], losses: list[float]) -> dict[str, float]:
+    """Where the wall time outside kept steps went, in seconds, from the step log: each gap between two
+    steps' first runs less the later step's own time. ``loss``: a gap with a node loss in it (the step in
+    flight dropped, detection, the re-form at the smaller size); ``grow``: a gap before the first step at a
+    larger world size (the joiner or spare taken in); ``between steps``: every other gap (the loop's own
+    time per step: data, reporting, checkpoints)."""
+    seen: set[int] = set()
+    first: list[dict[str, Any]] = []
+    for r in sorted(records, key=lambda r: float(r["time"])):
+        if int(r["step"]) not in seen:
+            seen.add(int(r["step"]))
+            first.append(r)
+    out = {"loss": 0.0, "grow": 0.0, "between steps": 0.0}
+    for before, r in itertools.pairwise(first):
+        start = float(r["time"]) - float(r.get("step_time", 0.0))
+        gap = max(0.0, start - float(before["time"]))
+        if any(float(before["time"]) <= t < float(r["time"]) for t in losses):
+            out["loss"] += gap
+        elif int(r.get("world_size", 0)) > int(before.get("world_size", 0)):
+            out["grow"] += gap
+        else:
+            out["between steps"] += gap
+    return out
+
+
 def run_variant(cluster: LocalCluster, variant: str, args: argparse.Namespace) -> dict[str, Any]:
     kube, volume = cluster.kube, cluster.volume_dir(PV)
     cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--ignore-not-found", "--wait=true")
@@ -72,7 +98,7 @@ def run_variant(cluster: LocalCluster, variant: str, args: argparse.Namespace) -
     status = kube.get("llmtrainingjob", JOB, NS) or {}
     start = parse_time((status.get("status") or {}).get("startTime")) or time.time()
     end = time.time() + args.minutes * 60
-    losses = 0
+    losses: list[float] = []
     next_loss = time.time() + args.every
     print(f"\n{variant}: training for {args.minutes} min, a node lost every {args.every:g}s", flush=True)
     while time.time() < end:
@@ -81,8 +107,7 @@ def run_variant(cluster: LocalCluster, variant: str, args: argparse.Namespace) -
             pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NS)
             node = next((p["spec"].get("nodeName") for p in pods if p["metadata"]["name"] == victim), None)
             if node:
-                chaos.node_not_ready(node, kube=kube, wait=False)
-                losses += 1
+                losses.append(chaos.node_not_ready(node, kube=kube, wait=False))
                 lost_at = time.time()
                 print(f"  {lost_at - start:6.0f}s: node {node} lost ({victim})", flush=True)
                 back = lost_at + args.back_after
@@ -112,7 +137,8 @@ def run_variant(cluster: LocalCluster, variant: str, args: argparse.Namespace) -
     cluster.kubectl("delete", "llmtrainingjob", JOB, "-n", NS, "--wait=true", check=False)
     return {
         "variant": variant,
-        "losses": losses,
+        "losses": len(losses),
+        "lost": lost_time([r for r in records if float(r["time"]) <= upto], losses),
         "status": float(progress["goodput"]),
         "log": log.goodput,
         "training": training_only.goodput,
@@ -167,6 +193,11 @@ def main() -> int:
                 f"| {r['variant']} | {r['losses']} | {100 * r['status']:.1f} % | {100 * r['log']:.1f} % | "
                 f"{r['startup_s']:.0f} s | {100 * r['training']:.1f} % | {r['replayed']} |"
             )
+        print("\nWall time outside kept steps, from the first step (seconds; points of that wall time):")
+        for r in rows:
+            wall = r["wall_s"] - r["startup_s"]
+            parts = ", ".join(f"{k} {v:.1f} s ({100 * v / wall:.2f})" for k, v in r["lost"].items())
+            print(f"  {r['variant']}: {parts}")
         return 0 if all(r["ok"] for r in rows) else 1
     finally:
         stop_operator(operator)
