@@ -299,25 +299,45 @@ def _tail(path: Path, lines: int) -> str:
 
 
 JOB_LOG_LINES = 15
-"""Lines of each container log and of the operator's log a failed cluster test's report shows."""
+"""Lines of each container log a failed cluster test's report shows (its operator's: ``LOG_TAIL_LINES``)."""
 
 
 def _job_logs(item: pytest.Item, pod_logs: Path) -> list[tuple[str, str]]:
     """The tails of the failed test's own logs: its operator's (``operator-*.log`` in its tmp_path) and
     each container's in its namespace, where a flake seen only in CI can be read."""
-    args = getattr(item, "funcargs", {})
     sections = []
-    tmp = args.get("tmp_path")
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
     for log in sorted(tmp.glob("operator-*.log")) if isinstance(tmp, Path) else []:
         lines = [ln for ln in _tail(log, 400).splitlines() if "Handler '" not in ln]
         sections.append(
-            (f"{log.name} of the test (last {JOB_LOG_LINES} lines)", "\n".join(lines[-JOB_LOG_LINES:]))
+            (f"{log.name} of the test (last {LOG_TAIL_LINES} lines)", "\n".join(lines[-LOG_TAIL_LINES:]))
         )
-    namespaces = [v for k, v in args.items() if k.endswith("namespace") and isinstance(v, str)]
-    for ns in namespaces:
+    for ns in _namespaces(item):
         for log in sorted((pod_logs / ns).glob("*/*.log")):
             title = f"{log.parent.name}/{log.name} (last {JOB_LOG_LINES} lines)"
             sections.append((title, _tail(log, JOB_LOG_LINES)))
+    return sections
+
+
+def _namespaces(item: pytest.Item) -> list[str]:
+    """The namespaces the test's fixtures made (their names end in ``namespace``)."""
+    args = getattr(item, "funcargs", {})
+    return [v for k, v in args.items() if k.endswith("namespace") and isinstance(v, str)]
+
+
+def _job_objects(item: pytest.Item, pod_cluster: LocalCluster) -> list[tuple[str, str]]:
+    """What the failed test's namespaces hold as it failed: the jobs and their status, each pod's node, phase
+    and readiness (a wait that timed out on the status shows here what the operator last wrote)."""
+    sections = []
+    for ns in _namespaces(item):
+        status = 'jsonpath={range .items[*]}{.metadata.name}: {.status}{"\\n"}{end}'
+        try:
+            listed = pod_cluster.kubectl("get", "llmtrainingjobs,pods", "-n", ns, "-o", "wide", check=False)
+            jobs = pod_cluster.kubectl("get", "llmtrainingjobs", "-n", ns, "-o", status, check=False)
+            text = listed.stdout + listed.stderr + jobs.stdout
+        except Exception as exc:  # the report must not fail for what it could not read
+            text = f"(cannot list {ns}: {exc})"
+        sections.append((f"objects in {ns} as the test failed", text.strip()))
     return sections
 
 
@@ -339,6 +359,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                      _tail(pod_cluster.karpenter_log, LOG_TAIL_LINES))
                 )  # fmt: skip
             report.sections.extend(_job_logs(item, pod_cluster.podrunner_dir / "logs"))
+            report.sections.extend(_job_objects(item, pod_cluster))
     if report.passed or report.skipped or "cluster" not in getattr(item, "fixturenames", ()):
         return
     if _session_cluster is not None:
