@@ -227,6 +227,9 @@ def node_ready(
         return
     k.run("label", "node", node, f"{marks.NODE_NOT_READY_LABEL}-")
     release_lease(k, node)  # kwok creates a new one at its next try (within a quarter lease) and acts again
+    # The pods' marks go once kwok holds the node again: kwok drops a pod event of a node it does not hold,
+    # and a pod unmarked before kwok took the node back stayed not ready (seen under load).
+    poll(lambda: _kwok_holds(k, node), timeout=timeout, what=f"kwok to take node {node}'s Lease back")
     for pod in pods_on_node(k, node):
         if marks.POD_ON_DEAD_NODE_LABEL in (pod["metadata"].get("labels") or {}):
             _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}-")
@@ -274,6 +277,13 @@ def hold_lease(kube: Kubectl, node: str) -> None:
         if kube.create(lease):
             return
     raise LocalClusterError(f"the Lease of node {node} kept changing under us: gave up")
+
+
+def _kwok_holds(kube: Kubectl, node: str) -> bool:
+    """Whether the node's Lease exists and is held by kwok (not by :func:`hold_lease`)."""
+    lease = kube.get("lease", node, LEASE_NAMESPACE)
+    holder = (lease or {}).get("spec", {}).get("holderIdentity")
+    return lease is not None and bool(holder) and holder != DEAD_HOLDER
 
 
 def release_lease(kube: Kubectl, node: str) -> None:
