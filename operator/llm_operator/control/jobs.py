@@ -204,7 +204,7 @@ class RunningJobs:
         on_node = {key for key, views in self.live(pods_index).items() if any(v.node == name for v in views)}
         for key, controller in list(self.controllers.items()):
             if key in on_node or (improved and not controller.at_size):
-                controller.wake_up(urgent=lost and key in on_node)
+                controller.wake_up(urgent=lost)  # lost: only the jobs on the node are woken
 
     def job_changed(self, key: JobKey, deleted: bool, facts: Hashable = None) -> None:
         """Spec, scale or metadata changed (``facts``, see :func:`job_facts`; None: always): wake the job's
