@@ -12,8 +12,9 @@ ones the project ships (deploy/argocd/operator-application.yaml and jobs-applica
    job's health goes Healthy while it trains.
 3. The queued job: Kueue keeps it queued, and Argo CD shows it Suspended (or Progressing) with the
    operator's "Queued" message, never Unknown; then it leaves git and the cluster.
-4. The jobs Application stays Synced for 2 minutes of training: no diff from the API server's defaults
-   or the operator's status writes.
+4. The jobs Application stays Synced while the job trains: no diff from the API server's defaults or
+   the operator's writes, over 4 comparisons by Argo CD each after a write (sampled through steps 5 to 7,
+   so the operator's rollout, the CRD prune and the node loss may not make one either).
 5. A new release in git (the chart's version and appVersion): Argo CD rolls the operator, and the job
    trains on in the same worker pods.
 6. With ``prune: true``, a CRD removed from git and then the chart's Application deleted leave every CRD
@@ -24,8 +25,12 @@ ones the project ships (deploy/argocd/operator-application.yaml and jobs-applica
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,7 +53,12 @@ ROOT = repo_root()
 CHART = "charts/elastic-llm-operator"
 OPERATOR_APP, JOBS_APP = "operator", "jobs"
 SYNC_TIMEOUT = 240.0
-SYNCED_WINDOW_S = 120.0
+COMPARISONS = 4
+"""Step 4's window: Argo CD's comparisons with git (``reconciledAt``), each with a job the operator wrote
+since the one before. Status-only writes do not make Argo CD compare; it compares every ``--app-resync``
+(10 s here, :data:`llm_testbed.argocd.daemon.APP_RESYNC_S`), so 4 take about 40 s, where 2 minutes of
+training saw 3 at the 30 s resync with its jitter."""
+WINDOW_TIMEOUT = 120.0
 SHORT_JOB = "short"
 QUEUED_JOB = "queued"
 NEW_VERSION = "0.1.1-argocd"
@@ -207,6 +217,60 @@ def _operator_pod(w: ArgoWorld) -> dict[str, Any] | None:
     return pods[0] if any(s.get("ready") for s in statuses) else None
 
 
+def _worker_uids(t: Training) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()}
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """One reading of the jobs Application and the job it syncs."""
+
+    sync: str
+    reconciled: str  # the Application's reconciledAt
+    job_version: str  # the job's resourceVersion: each operator write moves it
+    at: float  # time.monotonic() of the reading
+
+
+def _compared_after_writes(samples: list[_Sample]) -> int:
+    """How many of Argo CD's comparisons (a new ``reconciledAt``) saw a job the operator had written since
+    the comparison before (pure)."""
+    compared = [s for i, s in enumerate(samples) if i == 0 or s.reconciled != samples[i - 1].reconciled]
+    return sum(after.job_version != before.job_version for before, after in itertools.pairwise(compared))
+
+
+def _comparisons(samples: list[_Sample], since: float) -> str:
+    """The samples at each new comparison, for a failure's message."""
+    shown = [s for i, s in enumerate(samples) if i == 0 or s.reconciled != samples[i - 1].reconciled]
+    readings = [(round(s.at - since, 1), s.reconciled, s.job_version, s.sync) for s in shown]
+    return (
+        f"{len(samples)} samples; (s, reconciledAt, the job's version, sync) at each comparison: {readings}"
+    )
+
+
+@contextmanager
+def _sampled(read: Callable[[], _Sample], every: float = 1.0) -> Iterator[list[_Sample]]:
+    """``read()`` every ``every`` seconds in a thread, for the ``with`` block's length; a read that raises
+    is recorded as a sample whose sync state is the error (the window's assertion then names it)."""
+    samples: list[_Sample] = []
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            try:
+                samples.append(read())
+            except Exception as exc:  # recorded: the caller asserts on every sample
+                samples.append(_Sample(f"error: {exc}", "", "", time.monotonic()))
+            done.wait(every)
+
+    thread = threading.Thread(target=loop, name="sync-window", daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join(timeout=60)
+
+
 def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     w, kube = world, world.cluster.kube
     t = w.t
@@ -278,63 +342,75 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
     t.wait_steps("5 steps at world size 2", world=2, count=5)
     w.wait_synced_healthy(JOBS_APP, unqueued, "the jobs Application Synced and Healthy")
 
-    # 4. Synced for 2 minutes of training: the API server's defaults and the operator's writes make no diff.
-    workers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()}
-    started, step_then = time.monotonic(), (t.status().get("progress") or {}).get("step", 0)
-    states: list[str] = []
+    # 4. Synced while it trains: the API server's defaults and the operator's writes make no diff. Sampled in
+    # the background through steps 5 to 7 (an operator rollout, a CRD pruned, a node lost: none of them may
+    # make a diff either) until Argo CD has compared the Application COMPARISONS times, each time with a job
+    # the operator had written since the comparison before; step 8 then changes the jobs in git.
+    workers = _worker_uids(t)
+    step_then = (t.status().get("progress") or {}).get("step", 0)
 
-    def sampled_the_window() -> bool:
-        states.append(apps.state(w.app(JOBS_APP)).sync)
-        return time.monotonic() - started >= SYNCED_WINDOW_S
+    def sample() -> _Sample:
+        job = kube.get("llmtrainingjob", JOB, w.ns) or {}
+        state = apps.state(w.app(JOBS_APP))
+        version = str(job.get("metadata", {}).get("resourceVersion"))
+        return _Sample(state.sync, state.reconciled, version, time.monotonic())
 
-    wait_for(sampled_the_window, SYNCED_WINDOW_S + 60, "2 minutes of sync status samples", interval=2.0)
-    assert set(states) == {"Synced"}, states
-    assert (t.status().get("progress") or {}).get("step", 0) > step_then, t.status()
+    window_from = time.monotonic()
+    with _sampled(sample) as states:
+        # 5. A new release in git (the chart's version and appVersion, as `make release` bumps both): Argo CD
+        # rolls the operator to the new image tag, and the job trains on in the same worker pods.
+        chart_yaml = yaml.safe_load((w.git.path / "chart" / "Chart.yaml").read_text())
+        chart_yaml["version"] = chart_yaml["appVersion"] = NEW_VERSION
+        w.git.write("chart/Chart.yaml", yaml.safe_dump(chart_yaml, sort_keys=False))
+        bumped = w.commit("a new release of the chart", OPERATOR_APP)
+        w.wait_synced_healthy(OPERATOR_APP, bumped, "Argo CD to sync the new release")
+        new_pod = wait_for(
+            lambda: (p := _operator_pod(w)) and p["metadata"]["uid"] != operator_before["metadata"]["uid"]
+            and p, STEP_TIMEOUT, "the new operator pod alone and Ready",
+        )  # fmt: skip
+        assert isinstance(new_pod, dict), new_pod
+        assert new_pod["spec"]["containers"][0]["image"].endswith(f":{NEW_VERSION}"), new_pod["spec"]
+        serving_at = time.time()
+        t.wait_steps("5 steps at world size 2 after the upgrade", world=2, count=5, after=serving_at)
+        assert _worker_uids(t) == workers, "workers restarted"
 
-    # 5. A new release in git (the chart's version and appVersion, as `make release` bumps both): Argo CD
-    # rolls the operator to the new image tag, and the job trains on in the same worker pods.
-    chart_yaml = yaml.safe_load((w.git.path / "chart" / "Chart.yaml").read_text())
-    chart_yaml["version"] = chart_yaml["appVersion"] = NEW_VERSION
-    w.git.write("chart/Chart.yaml", yaml.safe_dump(chart_yaml, sort_keys=False))
-    bumped = w.commit("a new release of the chart", OPERATOR_APP)
-    w.wait_synced_healthy(OPERATOR_APP, bumped, "Argo CD to sync the new release")
-    new_pod = wait_for(
-        lambda: (p := _operator_pod(w)) and p["metadata"]["uid"] != operator_before["metadata"]["uid"] and p,
-        STEP_TIMEOUT, "the new operator pod alone and Ready",
-    )  # fmt: skip
-    assert isinstance(new_pod, dict), new_pod
-    assert new_pod["spec"]["containers"][0]["image"].endswith(f":{NEW_VERSION}"), new_pod["spec"]
-    serving_at = time.time()
-    t.wait_steps("5 steps at world size 2 after the upgrade", world=2, count=5, after=serving_at)
-    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()} == workers, "workers restarted"
+        # 6. prune: true, yet a CRD removed from git and the chart's Application deleted leave the CRDs and
+        # the jobs.
+        w.git.remove(f"chart/crds/{CRD_REMOVED}")
+        pruned = w.commit("a CRD removed from git", OPERATOR_APP)
+        wait_for(lambda: apps.state(w.app(OPERATOR_APP)).revision == pruned
+                 and apps.state(w.app(OPERATOR_APP)).operation == "Succeeded", SYNC_TIMEOUT,
+                 "Argo CD to sync the chart without the CRD")  # fmt: skip
+        kube.run("delete", "applications.argoproj.io", OPERATOR_APP, "-n", argocd.NAMESPACE, "--wait=true",
+                 "--timeout=60s")  # fmt: skip
+        for crd in CRD_NAMES:
+            assert kube.get("crd", crd) is not None, f"{crd} was deleted"
+        assert kube.get("llmtrainingjob", JOB, w.ns) is not None
+        t.wait_steps("5 steps after the chart's Application was deleted", world=2, count=5, after=time.time())
+        assert _worker_uids(t) == workers, "workers restarted"
 
-    # 6. prune: true, yet a CRD removed from git and the chart's Application deleted leave the CRDs and jobs.
-    w.git.remove(f"chart/crds/{CRD_REMOVED}")
-    pruned = w.commit("a CRD removed from git", OPERATOR_APP)
-    wait_for(lambda: apps.state(w.app(OPERATOR_APP)).revision == pruned
-             and apps.state(w.app(OPERATOR_APP)).operation == "Succeeded", SYNC_TIMEOUT,
-             "Argo CD to sync the chart without the CRD")  # fmt: skip
-    kube.run("delete", "applications.argoproj.io", OPERATOR_APP, "-n", argocd.NAMESPACE, "--wait=true",
-             "--timeout=60s")  # fmt: skip
-    for crd in CRD_NAMES:
-        assert kube.get("crd", crd) is not None, f"{crd} was deleted"
-    assert kube.get("llmtrainingjob", JOB, w.ns) is not None
-    t.wait_steps("5 steps after the chart's Application was deleted", world=2, count=5, after=time.time())
-    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in t.workers()} == workers, "workers restarted"
-
-    # 7. A node loss shows in Argo CD (below the desired size, or rescheduling) and clears on a new node.
-    victim = next(p["spec"]["nodeName"] for p in t.workers() if p["metadata"]["name"] == f"{JOB}-worker-1")
-    chaos.node_not_ready(victim, kube=kube, wait=False)
-    lost = ("Degraded", "Progressing")
-    w.wait(
-        lambda: any(job_health_is(s, "") for s in lost),
-        "Argo CD to show the loss",
-        lambda: str(w.job_health()),
+        # 7. A node loss shows in Argo CD (below the desired size, or rescheduling) and clears on a new node.
+        victim = t.worker_on(1)["spec"]["nodeName"]
+        chaos.node_not_ready(victim, kube=kube, wait=False)
+        lost = ("Degraded", "Progressing")
+        w.wait(
+            lambda: any(job_health_is(s, "") for s in lost),
+            "Argo CD to show the loss",
+            lambda: str(w.job_health()),
+        )
+        chaos.add_node(kind="gpu", kube=kube)
+        w.wait(lambda: job_health_is("Healthy", "2/2 workers ready"), "Argo CD to show the job whole again",
+               lambda: str(w.job_health()), timeout=STEP_TIMEOUT)  # fmt: skip
+        assert "Unknown" not in seen, seen
+        w.wait(lambda: _compared_after_writes(states) >= COMPARISONS,
+               f"{COMPARISONS} comparisons by Argo CD, each after an operator write",
+               lambda: _comparisons(states, window_from), timeout=WINDOW_TIMEOUT)  # fmt: skip
+    assert {s.sync for s in states} == {"Synced"}, states
+    print(
+        f"step 4: Synced over {_compared_after_writes(states)} comparisons after operator writes, "
+        f"{len(states)} samples in {time.monotonic() - window_from:.1f}s (steps 5 to 7 inside)"
     )
-    chaos.add_node(kind="gpu", kube=kube)
-    w.wait(lambda: job_health_is("Healthy", "2/2 workers ready"), "Argo CD to show the job whole again",
-           lambda: str(w.job_health()), timeout=STEP_TIMEOUT)  # fmt: skip
-    assert "Unknown" not in seen, seen
+    assert (t.status().get("progress") or {}).get("step", 0) > step_then, t.status()
 
     # 8. A finished job shows Healthy with the operator's message. The long job leaves git and the cluster
     # (the shipped jobs Application does not prune) to free the nodes.

@@ -1,20 +1,22 @@
-"""The smoke job under real kubelets (issue 54): three GPU kubelet nodes and one CPU node (the rendezvous
+"""The smoke job under real kubelets (issue 54): two GPU kubelet nodes and one CPU node (the rendezvous
 etcd's), the operator as `llmjob operator`, the trainer image `make images` built pulled by each node's
 kubelet from the tier's registry. One test walking through what the pod runner alone proved before:
 
-1. The in-process smoke job at min 2 / max 3 trains at world size 3; `kubectl logs` and `kubectl exec` work
-   on a worker, and inside it another worker's headless name resolves, the rendezvous endpoint answers by
+1. The in-process smoke job at min 1 / max 2 trains at world size 2; `kubectl logs` and `kubectl exec` work
+   on a worker, and inside it the other worker's headless name resolves, the rendezvous endpoint answers by
    name, ``/dev/shm`` has the size the builder sets and the downward API env is the pod's own.
 2. A worker's node is deleted mid-training (kubelet, containerd and containers killed at once): the
-   survivors go on at 2 in the same containers and processes, 0 steps replayed; a node is added under the
-   same name, the replacement lands there and the job is back at 3 (loss -> next step, loss -> full size).
+   survivor goes on at 1 in the same container and process, 0 steps replayed; a node is added under the
+   same name, the replacement lands there and the job is back at 2 (loss -> next step, loss -> full size).
 3. A second job (min 1 / max 1): its node is drained; the kubelet stops the worker (SIGTERM), which saves
    a checkpoint within its grace period; the replacement on another node resumes from that step...
 4. ...and its `failJob` rule (on the resume line) ends it: the kubelet's termination message carries
    `rule-fired`, and the job fails with the rule's name.
 
 Disk: each node unpacks its own copy of the trainer image (5.6 GiB); the fixture fails at once naming the
-free space needed when the disk cannot hold three (docs/development.md, "Real nodes: the kubelet tier").
+free space needed when the disk cannot hold two (docs/development.md, "Real nodes: the kubelet tier"). Two
+GPU nodes, not three: a third copy took the need to 22.6 GiB, more than a CI machine had free (decision KL9);
+a group of survivors (2 of 3, 3 of 4) is the trainer tier's to prove (tests/trainer/test_live_recovery.py).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from .e2e_support import JOB, Training
 pytestmark = [pytest.mark.cluster, pytest.mark.images, pytest.mark.timeout(1800)]
 
 NAMESPACE = "kubelet-training"
-GPU_NODES, CPU_NODES = 3, 1
+GPU_NODES, CPU_NODES = 2, 1
 PULL_TIMEOUT = 600.0  # nodes pulling the 5.6 GiB image at once, on two loaded cores
 DRAINED = "drained"
 DRAINED_DIR = "checkpoints/drained"
@@ -74,7 +76,7 @@ def kubelet_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
 
 @pytest.fixture(scope="module")
 def trainer(kubelet_cluster: LocalCluster) -> str:
-    """The trainer image of `make images`, in the tier's registry (the disk checked for three nodes)."""
+    """The trainer image of `make images`, in the tier's registry (the disk checked for both GPU nodes)."""
     refs, _ = make_images()
     try:
         return workload.publish_trainer(kubelet_cluster.kubelet_tier, refs["trainer"], GPU_NODES)
@@ -103,24 +105,20 @@ def _container_id(pod: dict[str, Any]) -> str:
     return str(pod["status"]["containerStatuses"][0]["containerID"])
 
 
-def _world_3_and_inside_a_worker(t: Training, trainer: str, applied: float) -> float:
-    """Step 1's checks; returns the seconds from the job's apply to its first step at world size 3."""
+def _world_2_and_inside_a_worker(t: Training, trainer: str, applied: float) -> float:
+    """Step 1's checks; returns the seconds from the job's apply to its first step at world size 2."""
     c = t.cluster
-    at_3 = t.wait_steps("3 steps at world size 3 (each node pulls the image first)", world=3, count=3,
+    at_2 = t.wait_steps("3 steps at world size 2 (each node pulls the image first)", world=2, count=3,
                         timeout=PULL_TIMEOUT)  # fmt: skip
     workers = {w["metadata"]["name"]: w for w in t.workers()}
-    assert sorted(w["spec"]["nodeName"] for w in workers.values()) == [
-        "gpu-node-0",
-        "gpu-node-1",
-        "gpu-node-2",
-    ]
+    assert sorted(w["spec"]["nodeName"] for w in workers.values()) == ["gpu-node-0", "gpu-node-1"]
     for name, pod in workers.items():
         assert trainer in _pulled(c, name), f"{name}: no Pulled event of {trainer} from its kubelet"
         assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
     first = f"{JOB}-worker-0"
     logged = wait_for(
-        lambda: re.search(r"step \d+ loss \S+ world 3", c.kubectl("logs", first, "-n", NAMESPACE).stdout),
-        60, f"kubectl logs {first}: a step line at world size 3",
+        lambda: re.search(r"step \d+ loss \S+ world 2", c.kubectl("logs", first, "-n", NAMESPACE).stdout),
+        60, f"kubectl logs {first}: a step line at world size 2",
     )  # fmt: skip
     assert logged
     w0, w1 = workers[first], workers[f"{JOB}-worker-1"]
@@ -134,14 +132,14 @@ def _world_3_and_inside_a_worker(t: Training, trainer: str, applied: float) -> f
         w1["metadata"]["name"], w1["spec"]["nodeName"], w1["status"]["podIP"],
     )  # fmt: skip
     assert seen["fqdn"].startswith(f"{w1['spec']['hostname']}.{w1['spec']['subdomain']}.{NAMESPACE}.svc")
-    return float(at_3[0]["time"]) - applied
+    return float(at_2[0]["time"]) - applied
 
 
 def _node_lost_and_added(t: Training) -> tuple[float, float]:
-    """Step 2; returns (loss -> next step at 2, loss -> first step back at 3) in seconds."""
+    """Step 2; returns (loss -> next step at 1, loss -> first step back at 2) in seconds."""
     kube = t.cluster.kube
     before = t.records()[-1]
-    victim = t.worker_on(2)
+    victim = t.worker_on(1)
     node, gone = victim["spec"]["nodeName"], victim["metadata"]["name"]
     survivors = {
         w["metadata"]["name"]: _container_id(w) for w in t.workers() if w["metadata"]["name"] != gone
@@ -149,9 +147,9 @@ def _node_lost_and_added(t: Training) -> tuple[float, float]:
     lost_members = [m for m in before["members"] if m.startswith(f"{gone}.")]
     lost_at = time.time()
     chaos.delete_node(node, kube=kube)
-    at_2 = t.wait_steps("the survivors to go on at world size 2", world=2, count=3, after=lost_at,
+    at_1 = t.wait_steps("the survivor to go on at world size 1", world=1, count=3, after=lost_at,
                         without=lost_members)  # fmt: skip
-    assert set(at_2[-1]["pids"]) <= set(before["pids"]), "the survivors are the same processes"
+    assert set(at_1[-1]["pids"]) <= set(before["pids"]), "the survivor is the same process"
     for pod in t.workers():
         name = pod["metadata"]["name"]
         if name in survivors:
@@ -159,20 +157,20 @@ def _node_lost_and_added(t: Training) -> tuple[float, float]:
             assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
     added_at = time.time()
     assert chaos.add_node(node, kind="gpu", kube=kube) == node
-    at_3 = t.wait_steps("the replacement on the added node: world size 3", world=3, count=3, after=added_at,
+    at_2 = t.wait_steps("the replacement on the added node: world size 2", world=2, count=3, after=added_at,
                         timeout=PULL_TIMEOUT)  # fmt: skip
-    replacement = t.worker_on(2)
+    replacement = t.worker_on(1)
     assert (
         replacement["spec"]["nodeName"] == node
         and replacement["metadata"]["uid"] != victim["metadata"]["uid"]
     )
     result = t.audit()
     sizes = [(i.world_before, i.world_after) for i in result.interruptions]
-    assert (3, 2) in sizes and (2, 3) in sizes, sizes
+    assert (2, 1) in sizes and (1, 2) in sizes, sizes
     assert all(i.replayed == 0 for i in result.interruptions), result.interruptions
     assert {r.get("restart") for r in t.records()} == {0}, "no fallback to a checkpoint"
     print(f"kubelet: {result.summary()}")
-    return float(at_2[0]["time"]) - lost_at, float(at_3[0]["time"]) - lost_at
+    return float(at_1[0]["time"]) - lost_at, float(at_2[0]["time"]) - lost_at
 
 
 def _drained_job(trainer: str, gid: int) -> dict[str, Any]:
@@ -244,17 +242,17 @@ def test_the_smoke_job_trains_through_a_lost_and_a_drained_kubelet_node(
     t = kubelet_train
     gid = workload.image_group(trainer)
     training.share_with_group(t.volume, gid)  # a kubelet gives a hostPath volume no fsGroup
-    job = training.training_job(JOB, NAMESPACE, minimum=2, maximum=3, steps=100000, recovery="inProcess")
+    job = training.training_job(JOB, NAMESPACE, minimum=1, maximum=2, steps=100000, recovery="inProcess")
     applied = time.time()
     t.apply(training.in_image(job, trainer, gid))
 
-    # 1. world size 3 from the registry's image; logs and exec; DNS, the rendezvous, /dev/shm, downward API.
-    to_world_3 = _world_3_and_inside_a_worker(t, trainer, applied)
-    # 2. a node lost mid-training, a node added: 2 in the same processes, then 3 again.
+    # 1. world size 2 from the registry's image; logs and exec; DNS, the rendezvous, /dev/shm, downward API.
+    to_world_2 = _world_2_and_inside_a_worker(t, trainer, applied)
+    # 2. a node lost mid-training, a node added: 1 in the same process, then 2 again.
     to_next_step, to_full = _node_lost_and_added(t)
     free = workload.free_bytes() / workload.GIB
     # 3. and 4. a drained node's worker saves on SIGTERM; its replacement resumes there and a rule fails it.
     saved_after = _drained_then_failed_by_its_rule(t, trainer, gid, tmp_path)
-    print(f"kubelet training: apply -> world size 3 {to_world_3:.1f}s, loss -> next step "
+    print(f"kubelet training: apply -> world size 2 {to_world_2:.1f}s, loss -> next step "
           f"{to_next_step:.1f}s, loss -> full size {to_full:.1f}s, drain -> checkpoint {saved_after:.1f}s; "
-          f"{free:.1f} GiB free at 3 nodes")  # fmt: skip
+          f"{free:.1f} GiB free at {GPU_NODES} GPU nodes")  # fmt: skip

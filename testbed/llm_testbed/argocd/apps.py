@@ -25,6 +25,7 @@ class AppState:
     revision: str  # the git commit it compared against
     operation: str  # the phase of the last sync operation (Succeeded, Running, Failed...) or ""
     message: str  # the last sync operation's message, or the first condition's
+    reconciled: str = ""  # status.reconciledAt: when the controller last compared it with git
 
     @property
     def synced_healthy(self) -> bool:
@@ -48,6 +49,7 @@ def state(app: dict[str, Any] | None) -> AppState:
         revision=str(sync.get("revision", "")),
         operation=str(operation.get("phase", "")),
         message=str(message),
+        reconciled=str(status.get("reconciledAt", "")),
     )
 
 

@@ -32,8 +32,11 @@ READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 PROCESSES = ("redis", "repo-server", "controller")  # started in this order, stopped in the reverse
 PORT_NAMES = ("redis", "repo-server", "repo-server-metrics", "controller-metrics")
-APP_RESYNC_S = 30
-"""--app-resync: how often the controller compares every Application again without a reason."""
+APP_RESYNC_S = 10
+"""--app-resync (its jitter 0): how often the controller compares every Application with git again without a
+reason. A write to a managed object's status alone does not make it compare (Argo CD drops status-only
+updates), so this is the pace at which a test sees the operator's writes compared; upstream: 120 s plus up
+to 60 s of jitter."""
 
 
 def state_dir(cluster_dir: Path) -> Path:
@@ -130,7 +133,7 @@ def argv_and_env(
     argv = [str(binary), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
             "--repo-server", f"127.0.0.1:{port_of['repo-server']}", "--repo-server-plaintext",
             "--redis", redis, "--metrics-port", str(port_of["controller-metrics"]),
-            "--app-resync", str(APP_RESYNC_S), "--self-heal-timeout-seconds", "2",
+            "--app-resync", str(APP_RESYNC_S), "--app-resync-jitter", "0", "--self-heal-timeout-seconds", "2",
             "--persist-resource-health", "--logformat", "text"]  # fmt: skip
     return argv, env
 
