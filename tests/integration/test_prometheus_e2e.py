@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(540)
 
 ALERT = "LLMJobBelowDesiredSize"
 WAITING = "LLMJobWaitingForCapacity"
-FOR_SECONDS = 8
+FOR_SECONDS = 5
 ACTIVE_PRIORITY, STANDBY_PRIORITY = "200", "100"
 SCRAPE = "2s"  # the monitors' interval and timeout: a worker starved of CPU may need more than 1 s to answer
 RELEASE_NAMESPACE = "llm-system"
