@@ -26,10 +26,8 @@ ones the project ships (deploy/argocd/operator-application.yaml and jobs-applica
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +41,7 @@ from llm_testbed.localcluster import chaos
 from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.paths import repo_root
 from llm_testbed.localcluster.waiting import WaitTimeout, poll
+from support.sampling import sampled
 from support.wait import wait_for
 
 from .e2e_support import JOB, STEP_TIMEOUT, Training
@@ -231,44 +230,24 @@ class _Sample:
     at: float  # time.monotonic() of the reading
 
 
+def _at_comparisons(samples: list[_Sample]) -> list[_Sample]:
+    """The first sample after each of Argo CD's comparisons (a new ``reconciledAt``), and the first one."""
+    return [s for i, s in enumerate(samples) if i == 0 or s.reconciled != samples[i - 1].reconciled]
+
+
 def _compared_after_writes(samples: list[_Sample]) -> int:
-    """How many of Argo CD's comparisons (a new ``reconciledAt``) saw a job the operator had written since
-    the comparison before (pure)."""
-    compared = [s for i, s in enumerate(samples) if i == 0 or s.reconciled != samples[i - 1].reconciled]
+    """How many of Argo CD's comparisons saw a job the operator had written since the comparison before."""
+    compared = _at_comparisons(samples)
     return sum(after.job_version != before.job_version for before, after in itertools.pairwise(compared))
 
 
 def _comparisons(samples: list[_Sample], since: float) -> str:
     """The samples at each new comparison, for a failure's message."""
-    shown = [s for i, s in enumerate(samples) if i == 0 or s.reconciled != samples[i - 1].reconciled]
+    shown = _at_comparisons(samples)
     readings = [(round(s.at - since, 1), s.reconciled, s.job_version, s.sync) for s in shown]
     return (
         f"{len(samples)} samples; (s, reconciledAt, the job's version, sync) at each comparison: {readings}"
     )
-
-
-@contextmanager
-def _sampled(read: Callable[[], _Sample], every: float = 1.0) -> Iterator[list[_Sample]]:
-    """``read()`` every ``every`` seconds in a thread, for the ``with`` block's length; a read that raises
-    is recorded as a sample whose sync state is the error (the window's assertion then names it)."""
-    samples: list[_Sample] = []
-    done = threading.Event()
-
-    def loop() -> None:
-        while not done.is_set():
-            try:
-                samples.append(read())
-            except Exception as exc:  # recorded: the caller asserts on every sample
-                samples.append(_Sample(f"error: {exc}", "", "", time.monotonic()))
-            done.wait(every)
-
-    thread = threading.Thread(target=loop, name="sync-window", daemon=True)
-    thread.start()
-    try:
-        yield samples
-    finally:
-        done.set()
-        thread.join(timeout=60)
 
 
 def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
@@ -356,7 +335,11 @@ def test_argocd_syncs_the_chart_and_a_training_job(world: ArgoWorld) -> None:
         return _Sample(state.sync, state.reconciled, version, time.monotonic())
 
     window_from = time.monotonic()
-    with _sampled(sample) as states:
+
+    def failed_read(exc: Exception) -> _Sample:  # recorded: every sample must read Synced
+        return _Sample(f"error: {exc}", "", "", time.monotonic())
+
+    with sampled(sample, 1.0, failed_read) as states:
         # 5. A new release in git (the chart's version and appVersion, as `make release` bumps both): Argo CD
         # rolls the operator to the new image tag, and the job trains on in the same worker pods.
         chart_yaml = yaml.safe_load((w.git.path / "chart" / "Chart.yaml").read_text())

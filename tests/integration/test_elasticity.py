@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from llm_testbed.localcluster import chaos
 
+from tests.support.sampling import sampled
 from tests.support.wait import wait_for
 
 from .conftest import OperatorProcess
@@ -325,31 +325,20 @@ def test_operator_killed_mid_resize_converges(
     wait_gpus_free(cluster)
     apply(cluster, job_manifest("llama", namespace, minReplicas=2, maxReplicas=6, replicas=2))
     wait_for(lambda: len(running_workers(cluster, namespace, "llama")) == 2, TIMEOUT, "2 running")
-    seen_max = [0]
-    duplicates: list[list[str]] = []
-    stop = threading.Event()
 
-    def sampler() -> None:
-        while not stop.is_set():
-            names = [p["metadata"]["name"] for p in workers(cluster, namespace, "llama")]
-            if len(names) != len(set(names)):
-                duplicates.append(names)
-            seen_max[0] = max(seen_max[0], len(names))
+    def worker_names() -> list[str]:
+        return [p["metadata"]["name"] for p in workers(cluster, namespace, "llama")]
 
-    thread = threading.Thread(target=sampler, daemon=True)
-    thread.start()
-    try:
+    with sampled(worker_names, 0.0) as seen:  # back to back: each read is a kubectl call
         cluster.kubectl("scale", "llmjob/llama", "-n", namespace, "--replicas=6")
         wait_for(lambda: len(workers(cluster, namespace, "llama")) > 2, TIMEOUT, "resize started")
         op.kill()
         op.start()
         wait_for(lambda: running_at(cluster, namespace, 6), TIMEOUT, "converged at 6 after the restart")
-    finally:
-        stop.set()
-        thread.join(timeout=30)
     names = sorted(p["metadata"]["name"] for p in workers(cluster, namespace, "llama"))
     assert names == [f"llama-worker-{i}" for i in range(6)], op.logs()
-    assert seen_max[0] <= 6 and not duplicates
+    duplicates = [n for n in seen if len(n) != len(set(n))]
+    assert max(map(len, seen)) <= 6 and not duplicates, (max(map(len, seen)), duplicates)
 
 
 @pytest.fixture
