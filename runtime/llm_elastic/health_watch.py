@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from llm_elastic.config import ElasticConfig
 from llm_elastic.health import EXIT_UNHEALTHY, Checks, Finding, StragglerWatch, read_policy, report_unhealthy
@@ -48,10 +48,11 @@ class HealthWatch:
         timed = watching and isinstance(wrap, DDP) and not wrap.compile
         self.wrap_clock: StepClock | None = self.clock if timed else None
         """The clock a DDP wrapping marks the first gradient bucket on (only when stragglers are watched)."""
+        self._stopped = threading.Event()
 
-    def preflight(self, running: Callable[[], bool]) -> None:
+    def preflight(self) -> None:
         """Before this worker becomes a member: the node's checks (leave with 78 on a failure); then the
-        periodic re-checks in a thread for as long as ``running()``."""
+        periodic re-checks in a thread until :meth:`stop`."""
         finding = self.checks.run()
         if finding is not None:
             report_unhealthy(finding)
@@ -59,12 +60,15 @@ class HealthWatch:
         interval = self.policy.intervalSeconds
         if self.policy.enabled and interval > 0:
             threading.Thread(
-                target=self._recheck, args=(interval, running), name="llm-elastic-health", daemon=True
+                target=self._recheck, args=(interval,), name="llm-elastic-health", daemon=True
             ).start()
 
-    def _recheck(self, interval: float, running: Callable[[], bool]) -> None:
-        while running() and self.unhealthy is None:
-            time.sleep(interval)
+    def stop(self) -> None:
+        """This process left the job: no more re-checks."""
+        self._stopped.set()
+
+    def _recheck(self, interval: float) -> None:
+        while self.unhealthy is None and not self._stopped.wait(interval):
             try:
                 finding = self.checks.run(periodic=True)
             except Exception:  # a check that breaks is logged, not fatal

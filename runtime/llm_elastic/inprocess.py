@@ -5,20 +5,22 @@ a peer, and the loop goes on with the same objects. A local error is not a membe
 propagates, and ``Elastic.steps()`` leaves the job before the generation is closed (the pod's supervisor
 restarts the process).
 
-:meth:`InProcess.run` is the generation loop: form, train until an :class:`Outcome`, close, spend the
-budget of failed generations.
+``Elastic`` (session.py) runs the generation loop and asks :class:`InProcess` at each turn
+(:mod:`llm_elastic.recovery`): the next generation, its group, the agreed state, a failure's judgement, a
+boundary's decision, a generation's end (the budget of failed generations). Nothing here calls the loop.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import time
-from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from llm_elastic import heap
+from llm_elastic.commit import Verdict
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, Contract
 from llm_elastic.errors import (
@@ -34,11 +36,11 @@ from llm_elastic.errors import (
 )
 from llm_elastic.leave import Leave
 from llm_elastic.live import keys
-from llm_elastic.position import World
-from llm_elastic.recovery import ModeHost, RecoveryMode
-from llm_elastic.step import Step
-from llm_elastic.transfer import synchronise
-from llm_elastic.wrap import WrapPolicy
+from llm_elastic.position import Position, World
+from llm_elastic.recovery import Outcome, Parts, RecoveryMode, Restore
+from llm_elastic.state import TrainState
+from llm_elastic.transfer import Agreement, synchronise
+from llm_elastic.wrap import Wrapped, WrapPolicy
 
 if TYPE_CHECKING:
     from llm_elastic.live.group import LiveGroup
@@ -49,17 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("llm_elastic")
 
 
-class Outcome(enum.Enum):
-    """How a generation ended."""
-
-    DONE = "done"
-    """Every step is trained."""
-    CHANGED = "changed"
-    """The members agreed at a step boundary that the membership changed (a joiner, a leaver)."""
-    PEER_LOST = "peer lost"
-    """A peer vanished: the step in flight was discarded (a failed generation)."""
-
-
 class InProcess(RecoveryMode):
     """Generations of the live membership, each with its own process group."""
 
@@ -68,10 +59,14 @@ class InProcess(RecoveryMode):
 
     def __init__(self, config: ElasticConfig) -> None:
         self.config = config
-        self.host: ModeHost | None = None
+        self.parts: Parts | None = None
         self.membership: Membership | None = None
         self.group: LiveGroup | None = None
         self.waiting: Waiting | None = None
+        self.gen: Generation | None = None
+        """The generation asked for and trained in (None between generations)."""
+        self.left_generation = 0
+        """The number of the generation this member was in last (0: none yet)."""
         self.failed_generations = 0
 
     def check(self, wrap: WrapPolicy) -> None:
@@ -84,21 +79,9 @@ class InProcess(RecoveryMode):
     def labels(self, contract: Contract) -> dict[str, str]:
         return {"member": contract.member}
 
-    # -- the loop -------------------------------------------------------------------------------------------
+    # -- a generation, as the loop asks ----------------------------------------------------------------------
 
-    def run(self, s: ModeHost) -> Iterator[Step]:
-        group, waiting = self._join(s)
-        left = 0
-        while (gen := self._next_generation(s, waiting, left)) is not None:
-            outcome = yield from self._train(s, group, gen)
-            self._close_generation(s, group)
-            if outcome is Outcome.DONE:
-                return
-            self._spend(outcome)
-            log.info("membership changed after step %d; re-forming", s.position.progress.step)
-            left = gen.number
-
-    def _join(self, s: ModeHost) -> tuple[LiveGroup, Waiting]:
+    def start(self, parts: Parts, backend: str) -> None:
         """Connect to etcd, wait for the start file, pass the node's checks, register as a member."""
         from llm_elastic.live.group import LiveGroup
         from llm_elastic.live.membership import Membership
@@ -106,30 +89,30 @@ class InProcess(RecoveryMode):
         from llm_elastic.rendezvous.etcd_auth import credentials_from_env
         from llm_elastic.rendezvous.etcd_client import EtcdClient, parse_endpoints
 
-        c, cfg = s.contract, self.config
+        c, cfg = parts.contract, self.config
         client = EtcdClient(parse_endpoints(c.etcd), credentials=credentials_from_env(os.environ))
         membership = Membership(
-            client, c.prefix, c.member, cfg.lease_ttl, s.wrap_policy.shard_size, c.target_members
+            client, c.prefix, c.member, cfg.lease_ttl, parts.wrap.shard_size, c.target_members
         )
-        self.host, self.membership = s, membership
+        self.parts, self.membership = parts, membership
         self.group = LiveGroup(membership, cfg)
-        self.waiting = Waiting(membership, cfg, s.reporter, s.stop)
+        self.waiting = Waiting(membership, cfg, parts.reporter, parts.stop)
         if cfg.start_when:
             self.waiting.for_start_file(cfg.start_when)
-        s.health.preflight(lambda: not s.left)
+        parts.health.preflight()
         membership.register()
         heap.freeze()  # each generation's close then collects only what that generation made
-        return self.group, self.waiting
 
-    def _next_generation(self, s: ModeHost, waiting: Waiting, left: int) -> Generation | None:
-        """The next generation this member is in (None: the run finished)."""
-        assert self.membership is not None
+    def next_world(self, step: int) -> World | None:
+        """This member's place in the next generation it is in (None: the run finished)."""
+        assert self.membership is not None and self.waiting is not None and self.parts is not None
+        waiting = self.waiting
         try:
-            return self.membership.next_generation(
-                left,
-                s.contract.min_members,
+            gen = self.membership.next_generation(
+                self.left_generation,
+                self.parts.contract.min_members,
                 self.config.form_timeout,
-                lambda: waiting.tick(s.position.progress.step),
+                lambda: waiting.tick(step),
             )
         except RunFinished:
             return None
@@ -139,126 +122,115 @@ class InProcess(RecoveryMode):
         except TimeoutError as exc:
             log.error("%s", exc)
             raise Leave(EXIT_NO_GENERATION) from None
+        self.gen = gen
+        return World(gen.rank_of(self.parts.contract.member), gen.world_size, gen.number)
 
-    def _train(self, s: ModeHost, group: LiveGroup, gen: Generation) -> Generator[Step, None, Outcome]:
-        """Form ``gen`` and train in it until an outcome. A ``Leave`` or a local error propagates with the
-        generation still open: ``Elastic.steps()`` leaves first, then :meth:`close` drops the groups."""
+    def form(self, backend: str) -> int:
+        """Join the generation's process group (a fresh store prefix, the pid exchange)."""
+        assert self.group is not None and self.waiting is not None and self.gen is not None
+        assert self.parts is not None
+        self.waiting.taken_in()
+        self.group.form(self.gen, backend, self.parts.contract.prefix)
+        return self.group.membership.job_step()
+
+    def watch(self, device: torch.device) -> None:
+        assert self.group is not None
+        self.group.watch(device)
+
+    def agree(
+        self, state: TrainState, position: Position, restore: Restore, wrapped: Wrapped, job_step: int
+    ) -> Agreement:
+        """The survivors agree on the most advanced state; a joiner gets it from a peer."""
         try:
-            self._form(s, group, gen)
-            while s.position.progress.step < self.config.total_steps:
-                step = Step(s, s.position.progress.step)
-                yield step
-                if step.peer_lost:
-                    return Outcome.PEER_LOST
-                if s.after_step(step):
-                    return Outcome.CHANGED
-            s.persistence.final_save()
-            if s.rank == 0:
-                keys.finish(group.membership.client, s.contract.prefix)
-            return Outcome.DONE
+            agreement = synchronise(
+                state, position, None, job_step, restore, wrapped.replica_group, wrapped.shard_size
+            )
         except StateLost as exc:
             log.error("%s; exiting for the restart path", exc)
             raise Leave(EXIT_STATE_LOST) from None
-        except RuntimeError as exc:
-            if not group.judge(exc):
-                raise
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("generation %d failed at step %d: %s", gen.number, s.position.progress.step, first)
-            return Outcome.PEER_LOST
+        return Agreement(agreement.position.resumed(), agreement.source, agreement.loaded)
 
-    def _spend(self, outcome: Outcome) -> None:
-        """A generation ended early: a failed one spends the budget of ``max_reforms`` in a row."""
-        self.failed_generations = 0 if outcome is Outcome.CHANGED else self.failed_generations + 1
-        if self.failed_generations > self.config.max_reforms:
-            log.error("%d generations in a row failed without a step: handing over", self.failed_generations)
-            failed = RecoveryExhausted(f"{self.failed_generations} generations failed in a row")
-            raise Leave(EXIT_RECOVERY_EXHAUSTED, failed)
-
-    # -- a generation ---------------------------------------------------------------------------------------
-
-    def _form(self, s: ModeHost, group: LiveGroup, gen: Generation) -> None:
-        """Form ``gen``'s process group, wrap the model and take the state."""
-        assert self.waiting is not None
-        formed_at = time.time()
-        self.waiting.taken_in()
-        s.move(s.position.joined(World(gen.rank_of(s.contract.member), gen.world_size, gen.number)))
-        group.form(gen, s.backend, s.contract.prefix)
-        job_step = group.membership.job_step()
-        s.open_generation()
-        group.watch(s.device)
-        agreed, source = synchronise(
-            s.state,
-            s.position,
-            None,
-            job_step,
-            lambda: s.move(s.position.receiving()),
-            s.restore_collective,
-            s.wrapped.replica_group,
-            s.wrapped.shard_size,
-        )
-        s.move(agreed.resumed())
-        if s.rank == 0:
-            s.reporter.log_pending(s.position.progress, time.time())
+    def formed(self, position: Position, agreement: Agreement, formed_at: float) -> None:
+        assert self.parts is not None and self.group is not None and self.gen is not None
+        reporter, prefix, gen = self.parts.reporter, self.parts.contract.prefix, self.gen
+        rank = position.world.rank
+        if rank == 0:
+            reporter.log_pending(position.progress, time.time())
             if gen.number > 1:
-                keys.forget_generation(group.membership.client, s.contract.prefix, gen.number - 1)
-        s.reporter.event(
+                keys.forget_generation(self.group.membership.client, prefix, gen.number - 1)
+        reporter.event(
             "formed",
             generation=gen.number,
             world_size=gen.world_size,
-            rank=s.rank,
-            step=s.position.progress.step,
-            source=source,
+            rank=rank,
+            step=position.progress.step,
+            source=agreement.source,
             formed_at=formed_at,
             ready_at=time.time(),
             pid=os.getpid(),
         )
 
-    @staticmethod
-    def _close_generation(s: ModeHost, group: LiveGroup) -> None:
-        """Drop the generation's groups (their connections close, so a peer blocked on us fails at once)."""
-        group.close()
-        s.close_generation()
+    def finished(self, rank: int) -> None:
+        if rank == 0 and self.membership is not None and self.parts is not None:
+            keys.finish(self.membership.client, self.parts.contract.prefix)
+
+    def close_generation(self) -> None:
+        """Stop the generation's watchdog; the next generation is asked for as one that left this one."""
+        if self.group is not None:
+            self.group.close()
+        if self.gen is not None:
+            self.left_generation = self.gen.number
+        self.gen = None
+
+    def ended(self, outcome: Outcome, step: int) -> None:
+        """A failed generation spends the budget of ``max_reforms`` in a row; a changed one resets it."""
+        self.failed_generations = 0 if outcome is Outcome.CHANGED else self.failed_generations + 1
+        if self.failed_generations > self.config.max_reforms:
+            log.error("%d generations in a row failed without a step: handing over", self.failed_generations)
+            failed = RecoveryExhausted(f"{self.failed_generations} generations failed in a row")
+            raise Leave(EXIT_RECOVERY_EXHAUSTED, failed)
+        log.info("membership changed after step %d; re-forming", step)
 
     # -- at a commit, a boundary, a failure -----------------------------------------------------------------
 
     def membership_changed(self) -> bool:
         return self.group is not None and self.group.changed()
 
-    def at_boundary(self, s: ModeHost, step: Step) -> bool:
-        verdict = step.verdict
-        assert verdict is not None
-        if verdict.stopping >= s.world_size:
+    def at_boundary(self, verdict: Verdict, evicted: Evicted | None, world_size: int, step: int) -> bool:
+        assert self.parts is not None
+        persistence, stop = self.parts.persistence, self.parts.stop
+        if verdict.stopping >= world_size:
             # No member stays: the state must outlive this generation. A graceful leave of some members
             # (a drained node, a scale down) saves nothing: the survivors hold the whole state (every
             # member a full replica, or under HSDP every host one), and whoever is stopped last (a
             # suspend's signals arrive at different times) saves it here.
-            s.persistence.save()
-            s.persistence.wait()  # complete before Leave closes the groups and the process ends
-            log.info("every member stopped at step %d (saved)", s.position.progress.step)
+            persistence.save()
+            persistence.wait()  # complete before Leave closes the groups and the process ends
+            log.info("every member stopped at step %d (saved)", step)
             raise Leave(0)
-        if step.evicted is not None:
-            log.warning("%s; exiting", step.evicted)
+        if evicted is not None:
+            log.warning("%s; exiting", evicted)
             raise Leave(EXIT_EVICTED)
-        s.health.leave_if_unhealthy()
-        if s.stop.requested and verdict.stop_announced:
+        self.parts.health.leave_if_unhealthy()
+        if stop.requested and verdict.stop_announced:
             # Only a stop that rode this step's commit: the others know it and saved with us. A signal
             # that came after the commit is announced in the next one (a stop of every member must
             # find the last step saved, whatever order the signals arrive in).
-            log.info("stopped by %s at step %d; left the job", s.stop.signal_name, s.position.progress.step)
+            log.info("stopped by %s at step %d; left the job", stop.signal_name, step)
             raise Leave(0)
         return verdict.changed
 
     def peer_lost(self, exc: BaseException) -> bool:
         return self.group is not None and self.group.judge(exc)
 
-    def completed(self, s: ModeHost) -> None:
+    def completed(self, rank: int, step: int) -> None:
         self.failed_generations = 0
-        if self.membership is not None and s.rank == 0:
-            self.membership.set_job_step(s.position.progress.step)
+        if self.membership is not None and rank == 0:
+            self.membership.set_job_step(step)
 
-    def record(self, s: ModeHost) -> tuple[int, dict[str, Any]]:
+    def record(self, position: Position) -> tuple[int, dict[str, Any]]:
         gen = self.group.gen if self.group is not None else None
-        return s.position.progress.restarts, {
+        return position.progress.restarts, {
             "members": list(gen.members) if gen else None,
             "pids": self.group.pids if self.group is not None else None,
         }
@@ -271,8 +243,6 @@ class InProcess(RecoveryMode):
                 log.debug("leaving the membership failed", exc_info=True)
 
     def close(self) -> None:
-        """After ``Elastic.steps()`` left: drop a generation a ``Leave`` or an error left open, then etcd."""
-        if self.group is not None and self.group.gen is not None and self.host is not None:
-            self._close_generation(self.host, self.group)
+        """After the loop left (and closed a generation still open): let go of etcd."""
         if self.membership is not None:
             self.membership.client.close()

@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from llm_elastic.commit import Verdict
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE
-from llm_elastic.errors import EXIT_PEER_STOPPED
+from llm_elastic.errors import EXIT_PEER_STOPPED, Evicted
 from llm_elastic.leave import Leave
 from llm_elastic.position import Position, World
-from llm_elastic.recovery import ModeHost, RecoveryMode
-from llm_elastic.step import Step
+from llm_elastic.recovery import Parts, RecoveryMode, Restore
+from llm_elastic.signals import StopRequest
+from llm_elastic.state import TrainState
+from llm_elastic.transfer import Agreement
+from llm_elastic.wrap import Wrapped
 
 log = logging.getLogger("llm_elastic")
 
@@ -44,58 +47,67 @@ def backend_for(device: torch.device) -> str:
 
 
 class Fixed(RecoveryMode):
-    """One process group for the life of the process."""
+    """One process group for the life of the process: one generation, restored from storage at start."""
 
     def __init__(self, config: ElasticConfig) -> None:
         self.config = config
+        self.parts: Parts | None = None
+        self.world: World | None = None
         self.runs_before = 0
         """Runs of this job before this one (from the step log), for the step records."""
 
     def open_group(self, backend: str, timeout: timedelta) -> None:
         raise NotImplementedError
 
-    def run(self, s: ModeHost) -> Iterator[Step]:
-        self.open_group(s.backend, timedelta(seconds=self.config.collective_timeout))
-        s.move(s.position.joined(World(dist.get_rank(), dist.get_world_size(), s.contract.agent_restarts)))
-        s.open_generation()
-        s.move(self._restore(s))
-        self.runs_before = s.reporter.runs_before(s.rank)
-        while s.position.progress.step < self.config.total_steps:
-            step = Step(s, s.position.progress.step)
-            yield step
-            s.after_step(step)  # a fixed group outlives every boundary
-        s.persistence.final_save()
+    def start(self, parts: Parts, backend: str) -> None:
+        self.parts = parts
+        self.open_group(backend, timedelta(seconds=self.config.collective_timeout))
 
-    def _restore(self, s: ModeHost) -> Position:
-        """Collective: the position after the restore at start (from scratch when nothing was saved)."""
+    def next_world(self, step: int) -> World | None:
+        if self.world is not None:
+            return None  # one generation only: the loop asks again only when it ended
+        assert self.parts is not None
+        self.world = World(dist.get_rank(), dist.get_world_size(), self.parts.contract.agent_restarts)
+        return self.world
+
+    def agree(
+        self, state: TrainState, position: Position, restore: Restore, wrapped: Wrapped, job_step: int
+    ) -> Agreement:
+        """Collective: the state from the newest snapshot or checkpoint (from scratch when none)."""
         started = time.monotonic()
-        restored = s.restore_collective()
-        if restored is None:
-            return s.position.from_scratch()
-        resumed = restored.resumed(seconds=time.monotonic() - started)
-        if s.rank == 0:
+        loaded = restore()
+        if loaded is None:
+            return Agreement(position.from_scratch(), None)
+        at = position.loaded(loaded.progress, loaded.source, loaded.peers)
+        resumed = at.resumed(seconds=time.monotonic() - started)
+        if position.world.rank == 0:
             r = resumed.restored
             log.info("resumed from step %d from %s in %.2fs", resumed.progress.step, r.source, r.seconds)
-        return resumed
+        return Agreement(resumed, "checkpoint", loaded)
 
-    def at_boundary(self, s: ModeHost, step: Step) -> bool:
-        assert step.verdict is not None
-        if step.verdict.stopping:
-            s.persistence.final_save()
-            raise Leave(self._stop_exit_code(s))
-        return False
+    def formed(self, position: Position, agreement: Agreement, formed_at: float) -> None:
+        assert self.parts is not None
+        self.runs_before = self.parts.reporter.runs_before(position.world.rank)
 
-    def _stop_exit_code(self, s: ModeHost) -> int:
-        if s.stop.requested or s.stop.wait(self.config.peer_stop_grace):
-            log.info("stopped by %s at step %d after saving", s.stop.signal_name, s.position.progress.step)
+    def at_boundary(self, verdict: Verdict, evicted: Evicted | None, world_size: int, step: int) -> bool:
+        if verdict.stopping:
+            assert self.parts is not None
+            self.parts.persistence.final_save()
+            raise Leave(self._stop_exit_code(self.parts.stop, step))
+        return False  # a fixed group outlives every boundary
+
+    def _stop_exit_code(self, stop: StopRequest, step: int) -> int:
+        if stop.requested or stop.wait(self.config.peer_stop_grace):
+            log.info("stopped by %s at step %d after saving", stop.signal_name, step)
             return 0
-        log.warning("another rank stopped at step %d; exiting for a re-rendezvous", s.position.progress.step)
+        log.warning("another rank stopped at step %d; exiting for a re-rendezvous", step)
         return EXIT_PEER_STOPPED
 
-    def record(self, s: ModeHost) -> tuple[int, dict[str, Any]]:
-        r = s.position.restored
+    def record(self, position: Position) -> tuple[int, dict[str, Any]]:
+        assert self.parts is not None
+        r = position.restored
         fields = {
-            "agent_restart": s.contract.agent_restarts,
+            "agent_restart": self.parts.contract.agent_restarts,
             "restore_seconds": round(r.seconds, 3),
             "restore_peers": r.peers,
         }

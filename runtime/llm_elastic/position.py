@@ -65,11 +65,6 @@ class Position:
         """Nothing was restored and no peer sends state: this member's own state is the job's."""
         return replace(self, progress=replace(self.progress, fresh=False))
 
-    def receiving(self) -> Position:
-        """A peer's state is about to overwrite this member's: until it has all of it, the member counts as
-        new (a transfer that breaks halfway leaves no trained state behind)."""
-        return replace(self, progress=replace(self.progress, fresh=True))
-
     def agreed(self, progress: Progress) -> Position:
         """The members agreed on ``progress`` (a state transfer) and this member now holds its state."""
         return replace(self, progress=replace(progress, fresh=False))

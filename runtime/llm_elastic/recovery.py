@@ -1,63 +1,63 @@
-"""What a recovery mode is (the modes themselves: :mod:`llm_elastic.modes`, :mod:`llm_elastic.inprocess`):
-:class:`RecoveryMode`, the decisions a mode makes, and :class:`ModeHost`, what a mode needs of the loop it
-runs (``Elastic``).
+"""What a recovery mode is (the modes themselves: :mod:`llm_elastic.modes`, :mod:`llm_elastic.inprocess`).
+
+``Elastic`` (session.py) runs the loop and asks its mode; a mode decides from narrow inputs and never calls
+back into the loop (decision LM4). One generation, as the loop runs it:
+
+1. :meth:`RecoveryMode.next_world`: this member's place in the next generation (None: the run is over);
+2. :meth:`~RecoveryMode.form`: join its process group; the loop wraps the model;
+3. :meth:`~RecoveryMode.agree`: the state every member trains on (:class:`~llm_elastic.transfer.Agreement`);
+4. the steps: per step the mode judges a failure (:meth:`~RecoveryMode.peer_lost`) and the boundary
+   (:meth:`~RecoveryMode.at_boundary`: go on, re-form, or leave with a code by raising ``Leave``);
+5. :meth:`~RecoveryMode.close_generation` and :meth:`~RecoveryMode.ended` (the :class:`Outcome`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Protocol
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+import torch
+
+from llm_elastic.commit import Verdict
 from llm_elastic.contract import Contract
+from llm_elastic.errors import Evicted
 from llm_elastic.health_watch import HealthWatch
-from llm_elastic.persistence import Persistence
-from llm_elastic.position import Position
+from llm_elastic.persistence import Loaded, Persistence
+from llm_elastic.position import Position, World
 from llm_elastic.reporting import Reporter
 from llm_elastic.signals import StopRequest
 from llm_elastic.state import TrainState
-from llm_elastic.step import Step, StepHost
+from llm_elastic.transfer import Agreement
 from llm_elastic.wrap import Wrapped, WrapPolicy
 
 
-class ModeHost(StepHost, Protocol):
-    """What a mode needs of the loop it runs (``Elastic``): the parts it drives, where the run stands (read
-    here, moved only through :meth:`move`), and the generation's open, close and restore."""
+class Outcome(enum.Enum):
+    """How a generation ended."""
+
+    DONE = "done"
+    """Every step is trained."""
+    CHANGED = "changed"
+    """The members agreed at a step boundary that the membership changed (a joiner, a leaver)."""
+    PEER_LOST = "peer lost"
+    """A peer vanished: the step in flight was discarded (a failed generation)."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The parts a mode drives (given once, at :meth:`RecoveryMode.start`); never the loop itself."""
 
     contract: Contract
-    stop: StopRequest
     reporter: Reporter
     health: HealthWatch
     persistence: Persistence
-    state: TrainState
-    wrapped: Wrapped
-    wrap_policy: WrapPolicy
-    left: bool
+    stop: StopRequest
+    wrap: WrapPolicy
 
-    @property
-    def backend(self) -> str: ...
-    @property
-    def position(self) -> Position: ...
 
-    def move(self, to: Position) -> None:
-        """Adopt ``to`` as where the run stands (a new generation, a restore, a state transfer)."""
-        ...
-
-    def open_generation(self) -> None:
-        """Wrap the model and make the generation's checkpointer, snapshotter and step log."""
-        ...
-
-    def close_generation(self) -> None:
-        """Drop the generation's groups and parts."""
-        ...
-
-    def restore_collective(self) -> Position | None:
-        """Collective: the state from the newest snapshot or checkpoint, and the position it reached (None
-        when neither exists); the host's position is left as it was."""
-        ...
-
-    def after_step(self, step: Step) -> bool:
-        """The step boundary; True when the generation ends after this step."""
-        ...
+Restore = Callable[[], Loaded | None]
+"""Collective: the newest snapshot's or checkpoint's state (None when neither exists)."""
 
 
 class RecoveryMode:
@@ -65,7 +65,8 @@ class RecoveryMode:
 
     name = ""
     live = False
-    """Generations of a live membership (in process): groups change, a lost peer is survived."""
+    """Generations of a live membership (in process): groups change, a lost peer is survived; the loop
+    closes each generation when it ends."""
 
     def check(self, wrap: WrapPolicy) -> None:
         """Refuse (exit 2) a wrap policy this mode cannot use."""
@@ -74,28 +75,59 @@ class RecoveryMode:
         """The metrics' labels."""
         return {"rank": str(contract.rank)}
 
-    def run(self, s: ModeHost) -> Iterator[Step]:
-        """Yield the steps still to train (groups, restore, step boundaries); ends when all are done."""
+    def start(self, parts: Parts, backend: str) -> None:
+        """Before the first generation: what the mode needs to take part (a group, a membership)."""
         raise NotImplementedError
 
-    def membership_changed(self) -> bool:
-        """At a commit: whether this member saw the membership change (raises ``Evicted``)."""
-        return False
+    def next_world(self, step: int) -> World | None:
+        """This member's place in the next generation (``step``: steps it holds); None: the run is over."""
+        raise NotImplementedError
+
+    def form(self, backend: str) -> int:
+        """Join the generation's process group; returns the step the job had reached (0: unknown)."""
+        return 0
+
+    def watch(self, device: torch.device) -> None:
+        """The generation's model is wrapped: watch its groups (NCCL)."""
+
+    def agree(
+        self, state: TrainState, position: Position, restore: Restore, wrapped: Wrapped, job_step: int
+    ) -> Agreement:
+        """Collective: the state every member trains on from here, and the position it stands at."""
+        raise NotImplementedError
+
+    def formed(self, position: Position, agreement: Agreement, formed_at: float) -> None:
+        """The generation trains from ``position`` (reports, logs)."""
 
     def peer_lost(self, exc: BaseException) -> bool:
         """Whether ``exc`` in a step means a lost peer (the step is discarded), not a local failure."""
         return False
 
-    def at_boundary(self, s: ModeHost, step: Step) -> bool:
-        """Act on the step's verdict (stops, evictions); True when the generation ends after this step."""
+    def membership_changed(self) -> bool:
+        """At a commit: whether this member saw the membership change (raises ``Evicted``)."""
+        return False
+
+    def at_boundary(self, verdict: Verdict, evicted: Evicted | None, world_size: int, step: int) -> bool:
+        """The step boundary's decision from the step's verdict: go on (False), re-form (True), or leave
+        with a code (raises ``Leave``)."""
         raise NotImplementedError
 
-    def completed(self, s: ModeHost) -> None:
+    def completed(self, rank: int, step: int) -> None:
         """A step completed (after its metrics, before its step log line)."""
 
-    def record(self, s: ModeHost) -> tuple[int, dict[str, Any]]:
+    def record(self, position: Position) -> tuple[int, dict[str, Any]]:
         """The step log's ``restart`` value and this mode's own fields."""
         raise NotImplementedError
+
+    def finished(self, rank: int) -> None:
+        """Every step is trained (and the final checkpoint saved)."""
+
+    def close_generation(self) -> None:
+        """A live generation ends: let go of its membership parts (the loop drops the groups)."""
+
+    def ended(self, outcome: Outcome, step: int) -> None:
+        """A generation ended early (changed, peer lost): count it (raises ``Leave`` when the budget of
+        failed generations is spent)."""
 
     def leave(self) -> None:
         """Leave the job at once (best effort)."""

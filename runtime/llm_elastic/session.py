@@ -25,9 +25,10 @@ the mode, :mod:`~llm_elastic.commit`, :mod:`~llm_elastic.persistence`, :mod:`~ll
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from datetime import timedelta
 
 import torch
@@ -47,7 +48,8 @@ from llm_elastic.loss_actions import LossActions
 from llm_elastic.loss_rules import Firing
 from llm_elastic.modes import backend_for, make_mode, pick_device
 from llm_elastic.persistence import Persistence, SavePoint, layout_key
-from llm_elastic.position import Position, RestoreFacts
+from llm_elastic.position import Position, RestoreFacts, World
+from llm_elastic.recovery import Outcome, Parts
 from llm_elastic.reporting import Reporter
 from llm_elastic.signals import StopRequest
 from llm_elastic.state import Stateful, TrainState
@@ -94,6 +96,8 @@ class Elastic:
         self.position = Position()
         """Where the run stands; :meth:`move` is the one way it changes."""
         self.wrapped = Wrapped(model, model, self.state.optimizers)
+        self._open = False
+        """A generation is formed or forming (a live one is closed when it ends, or at the loop's end)."""
         self.left = False
         """Set once this process left the job (:meth:`leave_now`); the periodic health checks stop then."""
         c = self.contract
@@ -171,12 +175,61 @@ class Elastic:
         into leave-then-exit."""
         self.stop.install()
         try:
-            yield from self.recovery.run(self)
+            yield from self._generations()
         except Leave as leave:
             self.leave_now()
             raise SystemExit(leave.code) from leave.cause
         finally:
             self._close()
+
+    def _generations(self) -> Iterator[Step]:
+        """The loop: the mode names each generation, this trains it until an :class:`Outcome`, closes it,
+        and tells the mode how it ended (the mode decides; it never calls back here)."""
+        mode = self.recovery
+        c, wrap = self.contract, self.wrap_policy
+        mode.start(Parts(c, self.reporter, self.health, self.persistence, self.stop, wrap), self.backend)
+        while (world := mode.next_world(self.position.progress.step)) is not None:
+            outcome = yield from self._generation(world)
+            if mode.live:
+                self._close_generation()
+            if outcome is Outcome.DONE:
+                return
+            mode.ended(outcome, self.position.progress.step)
+
+    def _generation(self, world: World) -> Generator[Step, None, Outcome]:
+        """Form the generation ``world`` names and train in it until an outcome. A ``Leave`` or a local
+        error propagates with the generation open: :meth:`steps` leaves, then :meth:`_close` drops it."""
+        mode, formed_at = self.recovery, time.time()
+        self._open = True
+        try:
+            self.move(self.position.joined(world))
+            job_step = mode.form(self.backend)
+            self._open_generation()
+            mode.watch(self.device)
+            restore = functools.partial(self.persistence.restore, self.rank)
+            agreement = mode.agree(self.state, self.position, restore, self.wrapped, job_step)
+            self.move(agreement.position)
+            if agreement.loaded is not None:
+                self.commits.job_process_restarts = agreement.loaded.job_process_restarts
+            mode.formed(self.position, agreement, formed_at)
+            while self.position.progress.step < self.config.total_steps:
+                step = Step(self, self.position.progress.step, mode.peer_lost, self.state.zero_grad)
+                yield step
+                if step.peer_lost:
+                    lost = (world.generation, step.index + 1, step.peer_lost)
+                    log.warning("generation %d: a peer is gone during step %d (%s)", *lost)
+                    return Outcome.PEER_LOST
+                if self.after_step(step):
+                    return Outcome.CHANGED
+            self.persistence.final_save()
+            mode.finished(self.rank)
+            return Outcome.DONE
+        except RuntimeError as exc:
+            if not mode.peer_lost(exc):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.warning("generation %d failed at step %d: %s", world.generation, self.step, first)
+            return Outcome.PEER_LOST
 
     def after_step(self, step: Step) -> bool:
         """The step boundary (collective): a loss rule's action, the mode acts on the verdict, then the
@@ -186,8 +239,8 @@ class Elastic:
             rolled_back = self.loss_rules.act(step.firing, self.rank, self.position)
             if rolled_back is not None:
                 self.move(rolled_back)
-                self.recovery.completed(self)
-        if self.recovery.at_boundary(self, step):
+                self.recovery.completed(self.rank, self.step)
+        if self.recovery.at_boundary(step.verdict, step.evicted, self.world_size, self.step):
             return True
         self.persistence.at_step_end(step.verdict.busy)
         return False
@@ -207,14 +260,6 @@ class Elastic:
         """The step's one collective (:class:`~llm_elastic.committer.Committer`)."""
         return self.commits.commit(value, signals, mean, self.rank, self.world_size)
 
-    def peer_lost(self, exc: BaseException) -> bool:
-        """Whether ``exc`` in a step means a lost peer (the mode judges), not a local failure."""
-        return self.recovery.peer_lost(exc)
-
-    def discard(self) -> None:
-        """Nothing of the step reaches the weights: its gradients go."""
-        self.state.zero_grad()
-
     def abandon(self) -> None:
         """The loop's own code failed (or exited) inside a step: that exception is the loop's, raised in its
         own frame, so it never passes through :meth:`steps`; leave here, at once, so the others re-form
@@ -233,14 +278,14 @@ class Elastic:
         self.move(self.position.trained(step.index + 1, None if step.dropped else step.loss))
         now, progress = time.time(), self.position.progress
         self.reporter.step_metrics(step, progress, elapsed, now, self.world_size)
-        self.recovery.completed(self)
-        restart, fields = self.recovery.record(self)
+        self.recovery.completed(self.rank, progress.step)
+        restart, fields = self.recovery.record(self.position)
         world = (self.world_size, self.generation)
         self.reporter.step_record(step, progress, elapsed, now, world, restart, self.restored, fields)
 
     # -- generations ----------------------------------------------------------------------------------------
 
-    def open_generation(self) -> None:
+    def _open_generation(self) -> None:
         """Wrap the model and make the generation's checkpointer, snapshotter and step log."""
         gen = WrapContext(
             self.world_size,
@@ -259,22 +304,16 @@ class Elastic:
         self.persistence.open(self.rank, self.world_size, self.contract.local_world_size, key, replicated)
         self.reporter.open(self.rank)
 
-    def close_generation(self) -> None:
+    def _close_generation(self) -> None:
         """Drop the generation's groups (their connections close, so a peer blocked on us fails at once)."""
+        self.recovery.close_generation()
+        self._open = False
         self.wrap_policy.park(self.wrapped)
         self.wrapped = Wrapped(self.state.model, self.state.model, self.state.optimizers)
         self.persistence.close()
         if dist.is_initialized():
             dist.destroy_process_group()
         heap.settle()  # the failed step's frames may hold the old groups' connections
-
-    def restore_collective(self) -> Position | None:
-        """Collective: the newest snapshot's or checkpoint's state, and the position it reached (or None)."""
-        loaded = self.persistence.restore(self.rank)
-        if loaded is None:
-            return None
-        self.commits.job_process_restarts = loaded.job_process_restarts
-        return self.position.loaded(loaded.progress, loaded.source, loaded.peers)
 
     def move(self, to: Position) -> None:
         """The one way the run's position changes: a generation, a restore, a transfer, a step."""
@@ -287,12 +326,15 @@ class Elastic:
         if self.left:
             return
         self.left = True
+        self.health.stop()
         self.recovery.leave()
 
     def _close(self) -> None:
         """Leave first (the others re-form at once), then drop what the mode holds (in process: a generation
         a Leave or an error left open), then wait for a checkpoint still persisting."""
         self.leave_now()
+        if self._open and self.recovery.live:
+            self._close_generation()
         self.recovery.close()
         self.persistence.wait()
         if dist.is_initialized():

@@ -56,6 +56,9 @@ class TrainState:
             [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
         )
         self.extras: dict[str, Stateful] = dict(extras or {})
+        self.torn = False
+        """True while a peer's state is being loaded over this one (a transfer that breaks halfway leaves
+        it set: this member then holds no trained state, whatever step its position says)."""
         for name, obj in self.extras.items():
             if not isinstance(obj, Stateful):
                 raise TypeError(f"state[{name!r}] has no state_dict()/load_state_dict()")

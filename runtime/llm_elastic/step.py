@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -55,16 +56,8 @@ class StepHost(Protocol):
         """The loss rule the verdict fires, or None."""
         ...
 
-    def peer_lost(self, exc: BaseException) -> bool:
-        """Whether ``exc`` means a lost peer (the step is discarded), not a local failure."""
-        ...
-
     def complete(self, step: Step) -> None:
         """The step ended (applied, or dropped by a loss rule): count it, report it."""
-        ...
-
-    def discard(self) -> None:
-        """Nothing of the step reaches the weights: its gradients go."""
         ...
 
     def abandon(self) -> None:
@@ -73,16 +66,29 @@ class StepHost(Protocol):
 
 
 class Step:
-    """One training step: a context manager that discards the step when a peer is lost mid-step."""
+    """One training step: a context manager that discards the step when a peer is lost mid-step.
 
-    def __init__(self, host: StepHost, index: int) -> None:
+    ``peer_lost`` (the mode's judgement) says whether a failure in the step means a lost peer; ``discard``
+    drops the step's gradients. Neither reaches back into the loop: a node loss goes from here to the mode
+    and the membership, and the loop sees :attr:`peer_lost` when the step has ended."""
+
+    def __init__(
+        self,
+        host: StepHost,
+        index: int,
+        peer_lost: Callable[[BaseException], bool],
+        discard: Callable[[], None],
+    ) -> None:
         self._host = host
+        self._judge = peer_lost
+        self._discard = discard
         self.index = index
         """0-based index of this step (the number of steps completed before it)."""
         self.committed = False
         self.loss = math.nan
         """The committed value (mean over the members unless ``mean=False``)."""
-        self.peer_lost = False
+        self.peer_lost = ""
+        """Why the step was discarded when a peer was lost in it (the failure's first line); empty: none."""
         self.firing: Firing | None = None
         """The loss rule that fired in this step's commit (None: none)."""
         self.dropped = False
@@ -174,16 +180,12 @@ class Step:
             return False
         if isinstance(exc, StepDropped) and self.firing is not None:
             self.dropped = True
-            s.discard()
+            self._discard()
             s.complete(self)
             return True
-        if s.peer_lost(exc):
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning(
-                "generation %d: a peer is gone during step %d (%s)", s.generation, self.index + 1, first
-            )
-            self.peer_lost = True
-            s.discard()
+        if self._judge(exc):
+            self.peer_lost = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._discard()
             return True
         # A local failure: leave at once so that the others re-form without waiting for the lease.
         log.error("step %d failed in this process (%s): leaving the job", self.index + 1, type(exc).__name__)

@@ -15,7 +15,8 @@ With HSDP (``shard_size`` > 1, ranks of a host contiguous) the tensors of each s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -25,8 +26,21 @@ from llm_elastic.position import Position, Progress
 from llm_elastic.staging import local_part, map_tensors, tensor_leaves
 from llm_elastic.state import TrainState
 
+if TYPE_CHECKING:
+    from llm_elastic.persistence import Loaded
+
 Source = int | Literal["checkpoint"] | None
-"""Where the agreed state came from: a member's rank, the checkpoint, or nowhere (all agreed already)."""
+"""Where the agreed state came from: a member's rank, storage, or nowhere (all agreed already)."""
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What the members agreed on at a generation's start: the position this member stands at, where the
+    state came from, and what a restore from storage brought back (None: no restore)."""
+
+    position: Position
+    source: Source
+    loaded: Loaded | None = None
 
 
 def _skeleton(state: dict[str, Any]) -> Any:
@@ -50,46 +64,44 @@ def synchronise(
     position: Position,
     group: dist.ProcessGroup | None = None,
     job_step: int = 0,
-    on_receive: Callable[[], None] | None = None,
-    restore: Callable[[], Position | None] | None = None,
+    restore: Callable[[], Loaded | None] | None = None,
     replica_group: dist.ProcessGroup | None = None,
     shard_size: int = 1,
-) -> tuple[Position, Source]:
+) -> Agreement:
     """Make every member hold the most advanced state; returns this member's position once they agree (the
     caller adopts it) and where the state came from.
 
     When every member is new, ``restore`` (collective: called on every member) loads the newest snapshot
-    or complete checkpoint and returns the position it reached, or None when there is none. ``job_step``
-    is the step the job had reached (from etcd): if every member is new, nothing was restored and it is
-    above 0, the state is gone with the old members and :class:`StateLost` is raised. ``on_receive`` is
-    called on the receiving members before anything is overwritten, so that a member whose transfer breaks
-    halfway marks itself new.
+    or complete checkpoint, or returns None when there is none. ``job_step`` is the step the job had
+    reached (from etcd): if every member is new, nothing was restored and it is above 0, the state is gone
+    with the old members and :class:`StateLost` is raised. A receiving member's state is marked torn
+    (:attr:`TrainState.torn`) before anything is overwritten and whole again once all of it arrived, so
+    that a member whose transfer breaks halfway counts as new in the next agreement.
     """
     world, progress = dist.get_world_size(group), position.progress
-    mine = torch.tensor([progress.step, 1 if progress.fresh else 0], dtype=torch.int64)
+    fresh_here = progress.fresh or state.torn
+    mine = torch.tensor([progress.step, 1 if fresh_here else 0], dtype=torch.int64)
     gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
     _all_gather_cpu(gathered, mine, group)
     steps = [int(t[0]) for t in gathered]
     fresh = [bool(t[1]) for t in gathered]
     if all(fresh):
-        restored = restore() if restore is not None else None
-        if restored is not None:
-            return restored, "checkpoint"
+        loaded = restore() if restore is not None else None
+        if loaded is not None:
+            restored = position.loaded(loaded.progress, loaded.source, loaded.peers)
+            return Agreement(restored, "checkpoint", loaded)
         if job_step > 0:
             raise StateLost(f"every member is new but the job had reached step {job_step}")
     best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
     if all(s == best and not f for s, f in zip(steps, fresh, strict=True)):
-        return position, None
+        return Agreement(position, None)
     source = _source(steps, fresh, best, shard_size)
     me = dist.get_rank(group)
     # The member of the source's host with my shard index (itself with one process per host).
     sender = source - source % shard_size + me % shard_size
-    receiving = me != sender
-    if on_receive is not None and receiving:
-        on_receive()
     tensor_group = replica_group if shard_size > 1 else group
     agreed = _transfer(state, progress, source, sender, group, tensor_group)
-    return position.agreed(agreed), source
+    return Agreement(position.agreed(agreed), source)
 
 
 def _transfer(
@@ -113,6 +125,8 @@ def _transfer(
             "skeleton": _skeleton(state.tensors_state(with_optimizer)),
             "extras": state.extras_state(),
         }
+    if receiving:
+        state.torn = True  # until every tensor and extra arrived: a break halfway leaves a new member
     dist.broadcast_object_list(header, src=_global_rank(source, group), group=group)
     sent = header[0]
     tensors = state.tensors_state(sent["with_optimizer"])
@@ -123,6 +137,7 @@ def _transfer(
     if receiving:
         state.load_tensors_state(_fill(sent["skeleton"], tensors))
         state.load_extras_state(sent["extras"])
+        state.torn = False
     elif me != source:  # a source replica's other shard: same tensors, but take the source's extras
         state.load_extras_state(sent["extras"])
     agreed: Progress = sent["progress"]

@@ -29,14 +29,26 @@ def test_new_members_refuse_to_restart_a_job_that_had_trained(one_rank: None) ->
 
 def test_a_new_job_starts_from_rank_0_and_agreeing_members_send_nothing(one_rank: None) -> None:
     model, optimizer = model_and_optimizer()
-    received: list[int] = []
+    restores: list[int] = []
     state = TrainState(model, optimizer)
-    agreed, source = synchronise(state, Position(), None, 0, lambda: received.append(1))
-    assert (agreed.progress.step, agreed.progress.fresh, source) == (0, False, 0)
-    assert received == []  # rank 0 is the source: it overwrites nothing
+    agreement = synchronise(state, Position(), None, 0, lambda: restores.append(1))  # type: ignore[func-returns-value]
+    agreed = agreement.position
+    assert (agreed.progress.step, agreed.progress.fresh, agreement.source) == (0, False, 0)
+    assert restores == [1] and agreement.loaded is None, "every member new: storage is asked first"
+    assert not state.torn, "rank 0 is the source: it overwrites nothing"
     held = Position(progress=Progress(3, 2.5, fresh=False))
-    agreed, source = synchronise(state, held, None, 3)
-    assert source is None and agreed == held
+    agreement = synchronise(state, held, None, 3)
+    assert agreement.source is None and agreement.position == held
+
+
+def test_a_member_whose_transfer_broke_halfway_counts_as_new(one_rank: None) -> None:
+    """Its position still says step 3, but its state is torn: it is no source, so with no peer holding
+    the state and nothing in storage the job's step 3 is lost."""
+    model, optimizer = model_and_optimizer()
+    state = TrainState(model, optimizer)
+    state.torn = True
+    with pytest.raises(StateLost, match="step 3"):
+        synchronise(state, Position(progress=Progress(3, 2.5, fresh=False)), None, 3, lambda: None)
 
 
 def _train(model: Transformer, optimizer: torch.optim.Optimizer, steps: int) -> torch.Tensor:

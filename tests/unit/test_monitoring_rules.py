@@ -381,7 +381,7 @@ def test_every_pod_logs_the_step_line_a_log_rule_watches(
     monkeypatch.setenv("LOCAL_RANK", local_rank)
     reporter = Reporter(ElasticConfig(total_steps=5, log_every=1), {"rank": "3"}, 0, 0, None)
     reporter.open(rank=3)
-    step = Step(None, 2)  # type: ignore[arg-type]  # the session is not read here
+    step = Step(None, 2, None, None)  # type: ignore[arg-type]  # neither the loop nor the mode is read
     step.loss = 1.5
     with caplog.at_level(logging.INFO):
         reporter.step_record(step, Progress(3, 1.5, False), 0.5, 100.0, (2, 0), 0, RestoreFacts(None, ""), {})

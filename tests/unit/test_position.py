@@ -40,13 +40,11 @@ def test_a_completed_step_counts_with_its_loss_or_with_the_loss_before_when_it_w
     assert not Position().trained(1, 3.0).progress.fresh, "a member that completed a step holds trained state"
 
 
-def test_a_member_holds_state_from_scratch_or_after_a_transfer_and_is_new_while_receiving() -> None:
+def test_a_member_holds_state_from_scratch_or_after_a_transfer() -> None:
     scratch = Position().from_scratch()
     assert not scratch.progress.fresh and scratch.progress.step == 0 and scratch.restored == RestoreFacts()
-    held = Position(progress=Progress(9, 1.0, False))
-    receiving = held.receiving()
-    assert receiving.progress == Progress(9, 1.0, True), "a transfer that breaks leaves a new member"
-    agreed = receiving.agreed(Progress(12, 0.8, True, restarts=2))
+    held = Position(progress=Progress(9, 1.0, True))
+    agreed = held.agreed(Progress(12, 0.8, True, restarts=2))
     assert agreed.progress == Progress(12, 0.8, False, 2)
     assert agreed.restored == RestoreFacts(), "a transfer is no restore from storage"
     resumed = agreed.resumed()

@@ -86,7 +86,7 @@ def test_the_step_log_line_has_the_fields_it_always_had(tmp_path: Path) -> None:
     sampler = ElasticSampler(100, 4)
     reporter = Reporter(config, {"rank": "0"}, 0, 0, sampler)
     reporter.open(rank=0)
-    step = Step(None, 2)  # type: ignore[arg-type]  # the session is not read here
+    step = Step(None, 2, None, None)  # type: ignore[arg-type]  # neither the loop nor the mode is read
     step.loss, step.verdict = 1.5, Verdict(1.5, False, 0, False, False, (0.1,), 0)
     step.record(tokens=64, grad_accum=2)
     restored = RestoreFacts(resumed_from=2, source="checkpoint")
