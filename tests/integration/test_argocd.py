@@ -55,7 +55,7 @@ SYNC_TIMEOUT = 240.0
 COMPARISONS = 4
 """Step 4's window: Argo CD's comparisons with git (``reconciledAt``), each with a job the operator wrote
 since the one before. Status-only writes do not make Argo CD compare; it compares every ``--app-resync``
-(10 s here, :data:`llm_testbed.argocd.daemon.APP_RESYNC_S`), so 4 take about 40 s, where 2 minutes of
+(5 s here, :data:`llm_testbed.argocd.daemon.APP_RESYNC_S`), so 4 take about 20 s, where 2 minutes of
 training saw 3 at the 30 s resync with its jitter."""
 WINDOW_TIMEOUT = 120.0
 SHORT_JOB = "short"

@@ -32,7 +32,7 @@ READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 PROCESSES = ("redis", "repo-server", "controller")  # started in this order, stopped in the reverse
 PORT_NAMES = ("redis", "repo-server", "repo-server-metrics", "controller-metrics")
-APP_RESYNC_S = 10
+APP_RESYNC_S = 5
 """--app-resync (its jitter 0): how often the controller compares every Application with git again without a
 reason. A write to a managed object's status alone does not make it compare (Argo CD drops status-only
 updates), so this is the pace at which a test sees the operator's writes compared; upstream: 120 s plus up
