@@ -83,6 +83,12 @@ class ContractError(SystemExit):
         return self.message
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name when it has none (for one-line logs)."""
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def contract_error(message: str) -> NoReturn:
     """Report ``message`` as one line on stderr and exit 2 (no traceback)."""
     print(f"llm_elastic: error: {message}", file=sys.stderr, flush=True)

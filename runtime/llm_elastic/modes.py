@@ -78,8 +78,7 @@ class Fixed(RecoveryMode):
         loaded = restore()
         if loaded is None:
             return Agreement(position.from_scratch(), None)
-        at = position.loaded(loaded.progress, loaded.source, loaded.peers)
-        resumed = at.resumed(seconds=time.monotonic() - started)
+        resumed = loaded.at(position).resumed(seconds=time.monotonic() - started)
         if position.world.rank == 0:
             r = resumed.restored
             log.info("resumed from step %d from %s in %.2fs", resumed.progress.step, r.source, r.seconds)

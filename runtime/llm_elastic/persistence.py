@@ -24,7 +24,7 @@ from llm_elastic.config import ElasticConfig
 from llm_elastic.data import ElasticSampler
 from llm_elastic.errors import StateLost
 from llm_elastic.leave import Leave
-from llm_elastic.position import Progress
+from llm_elastic.position import Position, Progress
 from llm_elastic.state import TrainState
 
 if TYPE_CHECKING:  # imported when first used: DCP and DTensor cost a joiner ~1.3 s of start-up
@@ -45,6 +45,10 @@ class Loaded:
     """Ranks that received their snapshot shard from another node (None for a checkpoint)."""
     job_process_restarts: int
     """Layer-2 restarts of the job's programs, as saved with the state."""
+
+    def at(self, position: Position) -> Position:
+        """``position`` moved to what was loaded (its progress, source and peers)."""
+        return position.loaded(self.progress, self.source, self.peers)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from llm_elastic.committer import Committer
 from llm_elastic.config import ElasticConfig
 from llm_elastic.contract import IN_PROCESS, RESTART, STANDALONE, read_contract
 from llm_elastic.data import ElasticSampler
-from llm_elastic.errors import Evicted, contract_error
+from llm_elastic.errors import Evicted, contract_error, first_line
 from llm_elastic.health_watch import HealthWatch
 from llm_elastic.leave import Leave
 from llm_elastic.loss_actions import LossActions
@@ -227,8 +227,7 @@ class Elastic:
         except RuntimeError as exc:
             if not mode.peer_lost(exc):
                 raise
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("generation %d failed at step %d: %s", world.generation, self.step, first)
+            log.warning("generation %d failed at step %d: %s", world.generation, self.step, first_line(exc))
             return Outcome.PEER_LOST
 
     def after_step(self, step: Step) -> bool:

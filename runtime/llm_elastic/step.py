@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from llm_elastic.commit import Signals, Verdict
-from llm_elastic.errors import Evicted, StepDropped, UsageError
+from llm_elastic.errors import Evicted, StepDropped, UsageError, first_line
 from llm_elastic.loss_rules import Firing
 
 log = logging.getLogger("llm_elastic")
@@ -184,7 +184,7 @@ class Step:
             s.complete(self)
             return True
         if self._judge(exc):
-            self.peer_lost = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.peer_lost = first_line(exc)
             self._discard()
             return True
         # A local failure: leave at once so that the others re-form without waiting for the lease.

@@ -88,8 +88,7 @@ def synchronise(
     if all(fresh):
         loaded = restore() if restore is not None else None
         if loaded is not None:
-            restored = position.loaded(loaded.progress, loaded.source, loaded.peers)
-            return Agreement(restored, "checkpoint", loaded)
+            return Agreement(loaded.at(position), "checkpoint", loaded)
         if job_step > 0:
             raise StateLost(f"every member is new but the job had reached step {job_step}")
     best = max(s for s, f in zip(steps, fresh, strict=True) if not f) if not all(fresh) else 0
