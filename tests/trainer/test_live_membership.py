@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,7 +20,7 @@ from llm_elastic.live.membership import (
     live_members,
     read_generation,
 )
-from llm_elastic.rendezvous.etcd_client import EtcdClient, KeyValue, parse_endpoints
+from llm_elastic.rendezvous.etcd_client import EtcdClient, KeyValue, WatchCallback, parse_endpoints
 from llm_operator.control.live_evict import evict_pods
 from llm_testbed.local_etcd import LocalEtcd
 from trainer_support import wait_for
@@ -88,11 +89,26 @@ of the job (1), the read it decides from (1), the proposal with its own arrival 
 the read that finds every member arrived (1). docs/runtime-design.md, "etcd round trips per recovery"."""
 
 
+class HandledKeys(EtcdClient):
+    """An etcd client that counts the reports of each key by its watches, after the watch's own callback."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(parse_endpoints(endpoint), timeout=5)
+        self.handled: Counter[bytes] = Counter()
+
+    def watch(self, key: str, start_revision: int, callback: WatchCallback) -> int:
+        def then_record(keys: list[bytes] | None) -> None:
+            callback(keys)
+            self.handled.update(keys or [])
+
+        return super().watch(key, start_revision, then_record)
+
+
 def test_a_survivor_reforms_after_an_eviction_in_the_stated_number_of_etcd_round_trips(
     etcd: LocalEtcd, request: pytest.FixtureRequest
 ) -> None:
     prefix = f"/live-test/{request.node.name}/"
-    clients = [EtcdClient(parse_endpoints(etcd.endpoint), timeout=5) for _ in range(2)]
+    clients = [HandledKeys(etcd.endpoint) for _ in range(2)]
     members = [Membership(c, prefix, name, ttl=30) for c, name in zip(clients, ("a", "b"), strict=True)]
     try:
         for member in members:
@@ -100,8 +116,12 @@ def test_a_survivor_reforms_after_an_eviction_in_the_stated_number_of_etcd_round
         first = form_all(members, 0, 2)
         assert first == [Generation(1, ("a", "b"))] * 2
         survivor = members[0]
+        assert not survivor.changed_since(first[0])  # the generation's first commit reads
         assert evict(clients[1], prefix, "b")
-        wait_for(lambda: survivor.changes.since(survivor.checked), 10, "the eviction's watch event")
+        # The count starts once the survivor's watch handled the deletion: a deletion is a change, and a
+        # change read as a broken stream would cost a re-watch (3 round trips more; CI at stop 65).
+        key = layout.member_key(prefix, "b").encode()  # reported twice: its registration, its deletion
+        wait_for(lambda: clients[0].handled[key] == 2, 10, "the survivor's watch to report the eviction")
         before = sum(clients[0].requests.values()) - clients[0].requests["refresh"]
         assert survivor.changed_since(first[0])
         assert survivor.next_generation(1, 1, timeout=10) == Generation(2, ("a",))

@@ -101,15 +101,14 @@ class Membership:
         self._watch(revision)
 
     def _watch(self, revision: int) -> None:
-        def wake(keys: list[bytes]) -> None:
-            if not keys:  # puts come with their keys; a delete or a broken stream comes empty
+        def wake(keys: list[bytes] | None) -> None:
+            if keys is None:  # the stream broke (a deletion, an eviction, comes with its key)
                 self._broken = self._broken or not self.client.closed
             self.changes.bump()
 
         with self._watch_lock:
             for watch_id in self._watches:
                 self.client.cancel_watch(watch_id)
-            # EtcdClient reports puts only; a delete arrives as an empty key list, which counts too.
             self._watches = [
                 self.client.watch(layout.members_prefix(self.prefix), revision + 1, wake),
                 self.client.watch(layout.generation_key(self.prefix), revision + 1, wake),

@@ -97,8 +97,9 @@ class KeyValue:
     mod_revision: int
 
 
-WatchCallback = Callable[[list[bytes]], None]
-"""Called from the watch thread with the keys put in one watch response (empty: the watch broke)."""
+WatchCallback = Callable[[list[bytes] | None], None]
+"""Called from the watch thread with the keys put or deleted in one watch response, or with None when the
+watch's stream broke (etcd went away): a deletion is a change, never a broken stream."""
 
 
 def _load_library() -> Any:
@@ -348,16 +349,15 @@ class EtcdClient:
     # -- watches ------------------------------------------------------------------------------------------
 
     def watch(self, key: str, start_revision: int, callback: WatchCallback) -> int:
-        """Call ``callback`` with the keys put at or after ``start_revision`` (one key, or a prefix if it ends
-        with "/"). Returns the watch id for :meth:`cancel_watch`."""
+        """Call ``callback`` with the keys put or deleted at or after ``start_revision`` (one key, or a prefix
+        if it ends with "/"), and with None if the stream breaks. Returns the id for :meth:`cancel_watch`."""
 
         def on_response(response: Any) -> None:
             events = getattr(response, "events", None)
             if events is None:  # an exception object: the stream broke
-                callback([])
+                callback(None)
                 return
-            put_event = self._lib.events.PutEvent
-            callback([bytes(ev.key) for ev in events if isinstance(ev, put_event)])
+            callback([bytes(ev.key) for ev in events])
 
         def run(c: Any) -> tuple[Any, int]:
             watcher = c.watcher  # the stream of the current token (see authenticate)

@@ -45,8 +45,8 @@ def _to_bytes(value: bytes | bytearray | str | Sequence[int]) -> bytes:
     return bytes(value)
 
 
-def _waker(event: threading.Event) -> Callable[[list[bytes]], None]:
-    def wake(_keys: list[bytes]) -> None:
+def _waker(event: threading.Event) -> Callable[[list[bytes] | None], None]:
+    def wake(_keys: list[bytes] | None) -> None:
         event.set()
 
     return wake
