@@ -44,7 +44,6 @@ from llm_elastic.wrap import Wrapped, WrapPolicy
 
 if TYPE_CHECKING:
     from llm_elastic.live.group import LiveGroup
-    from llm_elastic.live.layout import Generation
     from llm_elastic.live.membership import Membership
     from llm_elastic.live.waiting import Waiting
 
@@ -63,8 +62,6 @@ class InProcess(RecoveryMode):
         self.membership: Membership | None = None
         self.group: LiveGroup | None = None
         self.waiting: Waiting | None = None
-        self.gen: Generation | None = None
-        """The generation asked for and trained in (None between generations)."""
         self.left_generation = 0
         """The number of the generation this member was in last (0: none yet)."""
         self.failed_generations = 0
@@ -122,15 +119,15 @@ class InProcess(RecoveryMode):
         except TimeoutError as exc:
             log.error("%s", exc)
             raise Leave(EXIT_NO_GENERATION) from None
-        self.gen = gen
+        assert self.group is not None
+        self.group.agreed(gen)
         return World(gen.rank_of(self.parts.contract.member), gen.world_size, gen.number)
 
     def form(self, backend: str) -> int:
         """Join the generation's process group (a fresh store prefix, the pid exchange)."""
-        assert self.group is not None and self.waiting is not None and self.gen is not None
-        assert self.parts is not None
+        assert self.group is not None and self.waiting is not None and self.parts is not None
         self.waiting.taken_in()
-        self.group.form(self.gen, backend, self.parts.contract.prefix)
+        self.group.form(backend, self.parts.contract.prefix)
         return self.group.membership.job_step()
 
     def watch(self, device: torch.device) -> None:
@@ -151,8 +148,8 @@ class InProcess(RecoveryMode):
         return Agreement(agreement.position.resumed(), agreement.source, agreement.loaded)
 
     def formed(self, position: Position, agreement: Agreement, formed_at: float) -> None:
-        assert self.parts is not None and self.group is not None and self.gen is not None
-        reporter, prefix, gen = self.parts.reporter, self.parts.contract.prefix, self.gen
+        assert self.parts is not None and self.group is not None and self.group.gen is not None
+        reporter, prefix, gen = self.parts.reporter, self.parts.contract.prefix, self.group.gen
         rank = position.world.rank
         if rank == 0:
             reporter.log_pending(position.progress, time.time())
@@ -177,10 +174,9 @@ class InProcess(RecoveryMode):
     def close_generation(self) -> None:
         """Stop the generation's watchdog; the next generation is asked for as one that left this one."""
         if self.group is not None:
+            if self.group.gen is not None:
+                self.left_generation = self.group.gen.number
             self.group.close()
-        if self.gen is not None:
-            self.left_generation = self.gen.number
-        self.gen = None
 
     def ended(self, outcome: Outcome, step: int) -> None:
         """A failed generation spends the budget of ``max_reforms`` in a row; a changed one resets it."""

@@ -79,6 +79,8 @@ class LiveGroup:
         self.membership = membership
         self.config = config
         self.gen: Generation | None = None
+        """The generation agreed on and trained in (None between generations): the one copy; the mode
+        reads it here."""
         self.pids: list[int] | None = None
         """Every rank's pid in the current generation (the step log records them)."""
         self.watchdog: Watchdog | None = None
@@ -86,13 +88,18 @@ class LiveGroup:
         """The generation's store, held while the generation lives: a store written in Python loses its
         methods in C++ once its Python object is gone (``new_group`` then fails with "Not implemented")."""
 
-    def form(self, gen: Generation, backend: str, job_prefix: str) -> int:
-        """Join ``gen``'s process group on its own store prefix and exchange pids; returns this rank."""
+    def agreed(self, gen: Generation) -> None:
+        """The membership agreed on ``gen``: this member's next generation (formed by :meth:`form`)."""
+        self.gen = gen
+        self.membership.current = gen
+
+    def form(self, backend: str, job_prefix: str) -> int:
+        """Join the agreed generation's process group on its own store prefix and exchange pids; returns
+        this rank."""
         from llm_elastic.rendezvous.etcd_store import EtcdV3Store
 
-        membership = self.membership
-        self.gen = gen
-        membership.current = gen
+        membership, gen = self.membership, self.gen
+        assert gen is not None, "form() before agreed()"
         rank = gen.rank_of(membership.member)
         timeout = timedelta(seconds=self.config.live_collective_timeout)
         prefix = layout.store_prefix(job_prefix, gen.number)

@@ -82,7 +82,8 @@ class Membership:
         """While the store is out, the next commit's read waits until then (monotonic)."""
         self._info = b""
         self.current: Generation | None = None
-        """The generation this member trains in (the session sets it): re-published after an outage."""
+        """The generation this member agreed on and trains in (the live group sets it): re-published after
+        an outage."""
         self.last_step = 0
         """The job step rank 0 last recorded (re-published after an outage)."""
         self.store_out = False
