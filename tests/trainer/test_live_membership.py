@@ -379,8 +379,7 @@ def test_three_members_started_with_staggered_delays_always_form_a_generation_of
     """Issue 38: in a loop of start-up delays (0, 50, ... 2000 ms between the first and the last member),
     the generation always reaches world size 3, however the registrations fall into the forming."""
     delays = [step * 0.05 for step in range(41)]
-    rounds = run_staggered_rounds(client, f"/live-test/{request.node.name}/", delays, 3, 0)
-    assert len(rounds) == len(delays)
+    run_staggered_rounds(client, f"/live-test/{request.node.name}/", delays, 3, 0)  # each round asserts
 
 
 def test_staggered_members_with_a_spare_train_at_the_target_size(

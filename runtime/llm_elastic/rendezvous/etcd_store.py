@@ -28,7 +28,7 @@ from datetime import timedelta
 from torch._C._distributed_c10d import Store
 from torch.distributed import DistStoreError
 
-from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError
+from llm_elastic.rendezvous.etcd_client import EtcdClient, EtcdError, WatchCallback
 from llm_elastic.rendezvous.etcd_lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def _to_bytes(value: bytes | bytearray | str | Sequence[int]) -> bytes:
     return bytes(value)
 
 
-def _waker(event: threading.Event) -> Callable[[list[bytes] | None], None]:
+def _waker(event: threading.Event) -> WatchCallback:
     def wake(_keys: list[bytes] | None) -> None:
         event.set()
 
