@@ -163,6 +163,34 @@ def test_node_not_ready_and_back(cluster: LocalCluster, namespace: str) -> None:
     assert pod_running_ready(cluster, namespace, "victim") is not None
 
 
+def test_a_lost_pods_marks_never_land_on_its_replacement(cluster: LocalCluster, namespace: str) -> None:
+    """A lost node's pods are marked (not ready, "on a dead node") as they were listed: when an operator has
+    replaced one under the same name meanwhile, the marks miss the replacement (CI 2026-12-07: a replacement
+    left not ready for good kept a job Restarting)."""
+    listed = _running_pod(cluster, namespace, "worker-1", gpus=1)
+    cluster.kubectl("delete", "pod", "worker-1", "--namespace", namespace, "--force", "--grace-period=0")
+    wait_for(lambda: get_pod(cluster, namespace, "worker-1") is None, 30, "the lost pod gone")
+    fresh = _running_pod(cluster, namespace, "worker-1", gpus=1)
+    dead_mark = f"{marks.POD_ON_DEAD_NODE_LABEL}=true"
+
+    assert not chaos._label_pod(cluster.kube, listed, dead_mark)
+    chaos._mark_pod_not_ready(cluster.kube, listed, listed["spec"]["nodeName"], "2026-12-07T00:00:00Z")
+    pod = get_pod(cluster, namespace, "worker-1")
+    assert pod is not None and pod["metadata"]["uid"] == fresh["metadata"]["uid"]
+    assert condition(pod, "Ready") == "True"
+    assert marks.POD_ON_DEAD_NODE_LABEL not in (pod["metadata"].get("labels") or {})
+
+    # The pod the marks were meant for gets them, and the label comes off again.
+    assert chaos._label_pod(cluster.kube, fresh, dead_mark)
+    chaos._mark_pod_not_ready(cluster.kube, fresh, fresh["spec"]["nodeName"], "2026-12-07T00:00:00Z")
+    pod = get_pod(cluster, namespace, "worker-1")
+    assert pod is not None and condition(pod, "Ready") == "False"
+    assert (pod["metadata"].get("labels") or {})[marks.POD_ON_DEAD_NODE_LABEL] == "true"
+    assert chaos._label_pod(cluster.kube, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}-")
+    pod = get_pod(cluster, namespace, "worker-1")
+    assert pod is not None and marks.POD_ON_DEAD_NODE_LABEL not in (pod["metadata"].get("labels") or {})
+
+
 def test_no_new_pod_lands_on_a_not_ready_node(cluster: LocalCluster, namespace: str) -> None:
     node = chaos.add_node(kube=cluster.kube)
     chaos.node_not_ready(node, kube=cluster.kube)

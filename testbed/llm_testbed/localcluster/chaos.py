@@ -168,12 +168,33 @@ def node_not_ready(
 
 
 def _label_pod(kube: Kubectl, pod: dict[str, Any], change: str) -> bool:
-    """``kubectl label`` one pod (``key=value`` or ``key-``); False when it is gone."""
+    """Set (``key=value``) or remove (``key-``) one label of the pod, of that pod only; False when it is
+    gone or another pod took its name (:func:`_patch_pod`)."""
+    key, _, value = change.partition("=")
+    label = {key[:-1]: None} if not value and key.endswith("-") else {key: value}
+    return _patch_pod(kube, pod, {"metadata": {"labels": label}}, patch_type="merge")
+
+
+def _patch_pod(
+    kube: Kubectl,
+    pod: dict[str, Any],
+    patch: dict[str, Any],
+    *,
+    patch_type: str,
+    subresource: str | None = None,
+) -> bool:
+    """Patch the pod as it was listed, conditioned on its uid: False when it is gone or replaced.
+
+    Never by name alone: an operator replaces a lost worker under the same name within milliseconds, and a
+    patch meant for the pod on a dead node (not ready, "on a dead node") landed on its replacement, which
+    nothing ever reported ready again (CI 2026-12-07: the job stayed Restarting, ready 3 of 4)."""
     meta = pod["metadata"]
+    body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": meta["uid"]}}
     try:
-        kube.run("label", "pod", meta["name"], change, "--overwrite", "--namespace", meta["namespace"])
+        kube.patch("pod", meta["name"], body, namespace=meta["namespace"], patch_type=patch_type,
+                   subresource=subresource)  # fmt: skip
     except KubectlError as exc:
-        if exc.not_found:
+        if exc.not_found or exc.replaced:
             return False
         raise
     return True
@@ -181,19 +202,9 @@ def _label_pod(kube: Kubectl, pod: dict[str, Any], change: str) -> bool:
 
 def _mark_pod_not_ready(kube: Kubectl, pod: dict[str, Any], node: str, now: str) -> None:
     meta = pod["metadata"]
-    try:
-        kube.patch(
-            "pod",
-            meta["name"],
-            {"status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}]}},
-            namespace=meta["namespace"],
-            patch_type="strategic",
-            subresource="status",
-        )
-    except KubectlError as exc:
-        if exc.not_found:  # deleted meanwhile: nothing left to mark
-            return
-        raise
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}]}}
+    if not _patch_pod(kube, pod, ready, patch_type="strategic", subresource="status"):
+        return  # deleted or replaced meanwhile: nothing left to mark
     event = {
         "apiVersion": "v1",
         "kind": "Event",

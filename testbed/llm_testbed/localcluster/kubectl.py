@@ -34,6 +34,12 @@ class KubectlError(LocalClusterError):
     def conflict(self) -> bool:
         return "Conflict" in self.stderr or "the object has been modified" in self.stderr
 
+    @property
+    def replaced(self) -> bool:
+        """A write conditioned on ``metadata.uid`` met another object of the same name (the apiserver
+        answers that the uid is immutable)."""
+        return "metadata.uid" in self.stderr and "immutable" in self.stderr
+
 
 @dataclass(frozen=True)
 class Kubectl:
