@@ -76,7 +76,11 @@ def in_registry(registry: str, local: str) -> bool:
 
 def publish_trainer(tier: KubeletTier, trainer: str, nodes: int) -> str:
     """The trainer image ``make images`` built and the rendezvous etcd, in the tier's registry, once the
-    disk is known to hold ``nodes`` unpacked copies; returns the trainer's name for pods (unchanged)."""
+    disk is known to hold ``nodes`` unpacked copies; returns the trainer's name for pods (unchanged).
+
+    A trainer already in the registry under its tag is not pushed again: the tag is the build's content key,
+    and a push of the 6 GB image took ~60 s here even when every blob was there (podman compressed each
+    layer again to learn its digest)."""
     from llm_operator.settings import DEFAULT_RENDEZVOUS_IMAGE
 
     from llm_testbed.images.podman import Podman
@@ -84,7 +88,7 @@ def publish_trainer(tier: KubeletTier, trainer: str, nodes: int) -> str:
     pushed = in_registry(tier.registry(), trainer)
     check_room(trainer, Podman.of_cache().size(trainer), nodes, pushed=pushed)
     tier.publish_test_images(DEFAULT_RENDEZVOUS_IMAGE.rpartition(":")[2])
-    return tier.publish_built_image(trainer)
+    return trainer if pushed else tier.publish_built_image(trainer)
 
 
 def image_group(local: str) -> int:
