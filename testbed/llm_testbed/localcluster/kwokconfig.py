@@ -62,7 +62,7 @@ class KwokctlSettings:
     ports: dict[str, int] = field(default_factory=dict)  # kwokctl option (ports.PORT_OPTIONS) -> port
     node_monitor_period_ms: int = 1000  # how fast NotReady nodes are noticed (default 5s)
     node_monitor_grace_period_ms: int = 40000
-    node_lease_duration_s: int = 20
+    node_lease_duration_s: int = 8
     """kwok renews every node's Lease each quarter of this; a node given back (chaos.node_ready) is
     Ready again within that quarter."""
     run_pods: bool = False  # the local pod runner acts for pods: kwok keeps only the node Stages
