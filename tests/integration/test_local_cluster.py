@@ -171,9 +171,8 @@ def test_a_lost_pods_marks_never_land_on_its_replacement(cluster: LocalCluster, 
     cluster.kubectl("delete", "pod", "worker-1", "--namespace", namespace, "--force", "--grace-period=0")
     wait_for(lambda: get_pod(cluster, namespace, "worker-1") is None, 30, "the lost pod gone")
     fresh = _running_pod(cluster, namespace, "worker-1", gpus=1)
-    dead_mark = f"{marks.POD_ON_DEAD_NODE_LABEL}=true"
 
-    assert not chaos._label_pod(cluster.kube, listed, dead_mark)
+    assert not chaos._mark_on_dead_node(cluster.kube, listed, on=True)
     chaos._mark_pod_not_ready(cluster.kube, listed, listed["spec"]["nodeName"], "2026-12-07T00:00:00Z")
     pod = get_pod(cluster, namespace, "worker-1")
     assert pod is not None and pod["metadata"]["uid"] == fresh["metadata"]["uid"]
@@ -181,12 +180,12 @@ def test_a_lost_pods_marks_never_land_on_its_replacement(cluster: LocalCluster, 
     assert marks.POD_ON_DEAD_NODE_LABEL not in (pod["metadata"].get("labels") or {})
 
     # The pod the marks were meant for gets them, and the label comes off again.
-    assert chaos._label_pod(cluster.kube, fresh, dead_mark)
+    assert chaos._mark_on_dead_node(cluster.kube, fresh, on=True)
     chaos._mark_pod_not_ready(cluster.kube, fresh, fresh["spec"]["nodeName"], "2026-12-07T00:00:00Z")
     pod = get_pod(cluster, namespace, "worker-1")
     assert pod is not None and condition(pod, "Ready") == "False"
     assert (pod["metadata"].get("labels") or {})[marks.POD_ON_DEAD_NODE_LABEL] == "true"
-    assert chaos._label_pod(cluster.kube, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}-")
+    assert chaos._mark_on_dead_node(cluster.kube, pod, on=False)
     pod = get_pod(cluster, namespace, "worker-1")
     assert pod is not None and marks.POD_ON_DEAD_NODE_LABEL not in (pod["metadata"].get("labels") or {})
 

@@ -133,7 +133,7 @@ def node_not_ready(
     # finished deletion). Marking them before the kill keeps these calls out of the time between the
     # loss and the status below, which is what wakes the operator (and so ends a survivor's wait).
     for pod in pods_on_node(k, node):
-        _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}=true")
+        _mark_on_dead_node(k, pod, on=True)
     # The Lease, also before the loss: from then on kwok leaves the node alone, so nothing "repairs" the
     # status written below (its pods keep running: the pod runner runs them). Then the node's mark (no node
     # Stage matches a marked node, and the pod runner stops its pods): the loss. Between it and the status
@@ -154,7 +154,7 @@ def node_not_ready(
     for pod in pods_on_node(k, node):
         # A pod bound there after the first listing is marked now.
         unmarked = marks.POD_ON_DEAD_NODE_LABEL not in (pod["metadata"].get("labels") or {})
-        if unmarked and not _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}=true"):
+        if unmarked and not _mark_on_dead_node(k, pod, on=True):
             continue
         if condition(pod, "Ready") == "True":
             _mark_pod_not_ready(k, pod, node, now)
@@ -167,11 +167,10 @@ def node_not_ready(
     return died_at
 
 
-def _label_pod(kube: Kubectl, pod: dict[str, Any], change: str) -> bool:
-    """Set (``key=value``) or remove (``key-``) one label of the pod, of that pod only; False when it is
-    gone or another pod took its name (:func:`_patch_pod`)."""
-    key, _, value = change.partition("=")
-    label = {key[:-1]: None} if not value and key.endswith("-") else {key: value}
+def _mark_on_dead_node(kube: Kubectl, pod: dict[str, Any], on: bool) -> bool:
+    """Set or remove the pod's "on a dead node" label, of that pod only; False when it is gone or another
+    pod took its name (:func:`_patch_pod`)."""
+    label = {marks.POD_ON_DEAD_NODE_LABEL: "true" if on else None}  # None: a merge patch removes it
     return _patch_pod(kube, pod, {"metadata": {"labels": label}}, patch_type="merge")
 
 
@@ -243,7 +242,7 @@ def node_ready(
     poll(lambda: _kwok_holds(k, node), timeout=timeout, what=f"kwok to take node {node}'s Lease back")
     for pod in pods_on_node(k, node):
         if marks.POD_ON_DEAD_NODE_LABEL in (pod["metadata"].get("labels") or {}):
-            _label_pod(k, pod, f"{marks.POD_ON_DEAD_NODE_LABEL}-")
+            _mark_on_dead_node(k, pod, on=False)
     if not wait:
         return
     poll(lambda: is_ready(_node(k, node)), timeout=timeout, what=f"node {node} to be Ready and untainted")
