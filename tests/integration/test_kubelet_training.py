@@ -1,6 +1,7 @@
 """The smoke job under real kubelets (issue 54): two GPU kubelet nodes and one CPU node (the rendezvous
 etcd's), the operator as `llmjob operator`, the trainer image `make images` built pulled by each node's
-kubelet from the tier's registry. One test walking through what the pod runner alone proved before:
+kubelet from the tier's registry. Three tests on the module's cluster prove what the pod runner alone proved
+before (the smoke job at world size 2 is the module's, so the nodes' first pulls are paid once):
 
 1. The in-process smoke job at min 1 / max 2 trains at world size 2; `kubectl logs` and `kubectl exec` work
    on a worker, and inside it the other worker's headless name resolves, the rendezvous endpoint answers by
@@ -9,9 +10,9 @@ kubelet from the tier's registry. One test walking through what the pod runner a
    survivor goes on at 1 in the same container and process, 0 steps replayed; a node is added under the
    same name, the replacement lands there and the job is back at 2 (loss -> next step, loss -> full size).
 3. A second job (min 1 / max 1): its node is drained; the kubelet stops the worker (SIGTERM), which saves
-   a checkpoint within its grace period; the replacement on another node resumes from that step...
-4. ...and its `failJob` rule (on the resume line) ends it: the kubelet's termination message carries
-   `rule-fired`, and the job fails with the rule's name.
+   a checkpoint within its grace period; the replacement on another node resumes from that step, and its
+   `failJob` rule (on the resume line) ends it: the kubelet's termination message carries `rule-fired`, and
+   the job fails with the rule's name.
 
 Disk: each node unpacks its own copy of the trainer image (5.6 GiB); the fixture fails at once naming the
 free space needed when the disk cannot hold two (docs/development.md, "Real nodes: the kubelet tier"). Two
@@ -84,13 +85,43 @@ def trainer(kubelet_cluster: LocalCluster) -> str:
         pytest.fail(str(exc), pytrace=False)
 
 
-@pytest.fixture
-def kubelet_train(kubelet_cluster: LocalCluster, trainer: str, tmp_path: Path) -> Iterator[Training]:
+@pytest.fixture(scope="module")
+def kubelet_train(
+    kubelet_cluster: LocalCluster, trainer: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Training]:
+    """The module's namespace, its operator and its shared volume (given to the image's group: a kubelet
+    gives a hostPath volume no fsGroup)."""
     kubelet_cluster.kubectl("create", "namespace", NAMESPACE)
     kubelet_cluster.wait_default_service_account(NAMESPACE)
-    yield from _training(
-        kubelet_cluster, NAMESPACE, tmp_path, {"KUBECONFIG": str(kubelet_cluster.kubeconfig)}
-    )
+    for t in _training(kubelet_cluster, NAMESPACE, tmp_path_factory.mktemp("kubelet-train"),
+                       {"KUBECONFIG": str(kubelet_cluster.kubeconfig)}):  # fmt: skip
+        training.share_with_group(t.volume, workload.image_group(trainer))
+        yield t
+
+
+class Smoke:
+    """The module's smoke job (in process, min 1 / max 2), applied once; the first test to ask waits for it
+    at world size 2, so the nodes' pulls are in that test's time, not in a set-up."""
+
+    def __init__(self, t: Training, applied: float) -> None:
+        self.t, self.applied = t, applied
+        self._to_world_2: float | None = None
+
+    def to_world_2(self) -> float:
+        """Seconds from the apply to the first step at world size 2 (waited for once: 3 steps there)."""
+        if self._to_world_2 is None:
+            at_2 = self.t.wait_steps("3 steps at world size 2 (each node pulls the image first)", world=2,
+                                     count=3, timeout=PULL_TIMEOUT)  # fmt: skip
+            self._to_world_2 = float(at_2[0]["time"]) - self.applied
+        return self._to_world_2
+
+
+@pytest.fixture(scope="module")
+def smoke(kubelet_train: Training, trainer: str) -> Smoke:
+    job = training.training_job(JOB, NAMESPACE, minimum=1, maximum=2, steps=100000, recovery="inProcess")
+    applied = time.time()
+    kubelet_train.apply(training.in_image(job, trainer, workload.image_group(trainer)))
+    return Smoke(kubelet_train, applied)
 
 
 def _pulled(cluster: LocalCluster, pod: str) -> str:
@@ -105,11 +136,13 @@ def _container_id(pod: dict[str, Any]) -> str:
     return str(pod["status"]["containerStatuses"][0]["containerID"])
 
 
-def _world_2_and_inside_a_worker(t: Training, trainer: str, applied: float) -> float:
-    """Step 1's checks; returns the seconds from the job's apply to its first step at world size 2."""
+def test_the_smoke_job_trains_at_2_from_the_registry_and_a_worker_answers_inside(
+    smoke: Smoke, trainer: str
+) -> None:
+    """1. World size 2 from the registry's image; logs, exec; DNS, the rendezvous, /dev/shm, downward API."""
+    to_world_2 = smoke.to_world_2()
+    t = smoke.t
     c = t.cluster
-    at_2 = t.wait_steps("3 steps at world size 2 (each node pulls the image first)", world=2, count=3,
-                        timeout=PULL_TIMEOUT)  # fmt: skip
     workers = {w["metadata"]["name"]: w for w in t.workers()}
     assert sorted(w["spec"]["nodeName"] for w in workers.values()) == ["gpu-node-0", "gpu-node-1"]
     for name, pod in workers.items():
@@ -132,11 +165,13 @@ def _world_2_and_inside_a_worker(t: Training, trainer: str, applied: float) -> f
         w1["metadata"]["name"], w1["spec"]["nodeName"], w1["status"]["podIP"],
     )  # fmt: skip
     assert seen["fqdn"].startswith(f"{w1['spec']['hostname']}.{w1['spec']['subdomain']}.{NAMESPACE}.svc")
-    return float(at_2[0]["time"]) - applied
+    print(f"kubelet training: apply -> world size 2 {to_world_2:.1f}s (both nodes' pulls included)")
 
 
-def _node_lost_and_added(t: Training) -> tuple[float, float]:
-    """Step 2; returns (loss -> next step at 1, loss -> first step back at 2) in seconds."""
+def test_a_lost_node_leaves_the_survivor_training_and_an_added_node_brings_it_back(smoke: Smoke) -> None:
+    """2. A node lost mid-training, a node added: 1 in the same process, then 2 again."""
+    smoke.to_world_2()
+    t = smoke.t
     kube = t.cluster.kube
     before = t.records()[-1]
     victim = t.worker_on(1)
@@ -170,7 +205,9 @@ def _node_lost_and_added(t: Training) -> tuple[float, float]:
     assert all(i.replayed == 0 for i in result.interruptions), result.interruptions
     assert {r.get("restart") for r in t.records()} == {0}, "no fallback to a checkpoint"
     print(f"kubelet: {result.summary()}")
-    return float(at_1[0]["time"]) - lost_at, float(at_2[0]["time"]) - lost_at
+    print(f"kubelet training: loss -> next step {float(at_1[0]['time']) - lost_at:.1f}s, loss -> full size "
+          f"{float(at_2[0]['time']) - lost_at:.1f}s (the added node's pull included); "
+          f"{workload.free_bytes() / workload.GIB:.1f} GiB free at {GPU_NODES} GPU nodes")  # fmt: skip
 
 
 def _drained_job(trainer: str, gid: int) -> dict[str, Any]:
@@ -187,12 +224,16 @@ def _drained_job(trainer: str, gid: int) -> dict[str, Any]:
     return training.in_image(job, trainer, gid)
 
 
-def _drained_then_failed_by_its_rule(t: Training, trainer: str, gid: int, log_dir: Path) -> float:
-    """Steps 3 and 4; returns the seconds from the drain to the saved checkpoint's marker."""
+def test_a_drained_workers_checkpoint_is_resumed_elsewhere_and_its_rule_fails_the_job(
+    kubelet_train: Training, trainer: str, tmp_path: Path
+) -> None:
+    """3. A drained node's worker saves on SIGTERM; its replacement resumes there and a rule fails it."""
+    t, log_dir = kubelet_train, tmp_path
     c = t.cluster
-    c.kubectl("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--wait=true", "--timeout=120s", timeout=150)
-    wait_for(lambda: not t.workers(), 120, "the first job's workers gone (their nodes free)")
-    t.apply(_drained_job(trainer, gid))
+    c.kubectl("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--ignore-not-found", "--wait=true",
+              "--timeout=120s", timeout=150)  # fmt: skip
+    wait_for(lambda: not t.workers(), 120, "the smoke job's workers gone (their nodes free)")
+    t.apply(_drained_job(trainer, workload.image_group(trainer)))
     metrics = t.volume / DRAINED_DIR / "metrics.jsonl"
     wait_for(lambda: metrics.is_file() and len(read_records(metrics)) >= 3, 300, f"3 steps of {DRAINED}")
     pod_name = f"{DRAINED}-worker-0"
@@ -233,26 +274,4 @@ def _drained_then_failed_by_its_rule(t: Training, trainer: str, gid: int, log_di
         ended = replacement["status"]["containerStatuses"][0]["state"]["terminated"]
         assert ended["exitCode"] == 79 and ended["message"].startswith(f"rule-fired: {RULE} failJob"), ended
     c.kubectl("uncordon", node)
-    return saved_after
-
-
-def test_the_smoke_job_trains_through_a_lost_and_a_drained_kubelet_node(
-    kubelet_train: Training, trainer: str, tmp_path: Path
-) -> None:
-    t = kubelet_train
-    gid = workload.image_group(trainer)
-    training.share_with_group(t.volume, gid)  # a kubelet gives a hostPath volume no fsGroup
-    job = training.training_job(JOB, NAMESPACE, minimum=1, maximum=2, steps=100000, recovery="inProcess")
-    applied = time.time()
-    t.apply(training.in_image(job, trainer, gid))
-
-    # 1. world size 2 from the registry's image; logs and exec; DNS, the rendezvous, /dev/shm, downward API.
-    to_world_2 = _world_2_and_inside_a_worker(t, trainer, applied)
-    # 2. a node lost mid-training, a node added: 1 in the same process, then 2 again.
-    to_next_step, to_full = _node_lost_and_added(t)
-    free = workload.free_bytes() / workload.GIB
-    # 3. and 4. a drained node's worker saves on SIGTERM; its replacement resumes there and a rule fails it.
-    saved_after = _drained_then_failed_by_its_rule(t, trainer, gid, tmp_path)
-    print(f"kubelet training: apply -> world size 2 {to_world_2:.1f}s, loss -> next step "
-          f"{to_next_step:.1f}s, loss -> full size {to_full:.1f}s, drain -> checkpoint {saved_after:.1f}s; "
-          f"{free:.1f} GiB free at {GPU_NODES} GPU nodes")  # fmt: skip
+    print(f"kubelet training: drain -> checkpoint {saved_after:.1f}s")

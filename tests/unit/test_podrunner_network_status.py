@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from llm_testbed.localcluster import kwokconfig
-from llm_testbed.podrunner import files, network, status
+from llm_testbed.podrunner import files, ipclaims, network, status
 
 
 def test_ip_pool_round_robin_reuses_late_and_honours_wanted() -> None:
@@ -154,3 +156,28 @@ def test_each_cluster_runner_starts_in_a_24_of_its_own() -> None:
     firsts = [network.IpPool(start=network.first_address(name)).take() for name in names]
     assert firsts[0] != firsts[1]
     assert all(ip.startswith("127.1.") and ip.endswith(".1") for ip in firsts)
+
+
+def test_two_runners_never_hand_out_the_same_address_at_once(tmp_path: Path) -> None:
+    """Two pools starting at the same place (two clusters whose names hash alike), each claiming machine-wide:
+    the second skips what the first holds, and may take it once it is released."""
+    first = network.IpPool(start=5, claims=ipclaims.FileClaims(tmp_path))
+    second = network.IpPool(start=5, claims=ipclaims.FileClaims(tmp_path))
+    a = first.take()
+    b = second.take()
+    assert a != b and second.take(a) not in (a, b)  # wanted, but claimed by the other runner
+    first.release(a)
+    assert second.take(a) == a
+    assert not ipclaims.FileClaims(tmp_path).take(b)
+    assert network.IpPool(start=5).take() == a  # without claims, nothing else is consulted
+
+
+def test_a_runner_that_dies_leaves_no_claim(tmp_path: Path) -> None:
+    claim = "import sys; from llm_testbed.podrunner import ipclaims; from pathlib import Path; "
+    claim += "sys.exit(0 if ipclaims.FileClaims(Path(sys.argv[1])).take('127.1.0.9') else 3)"
+    held = ipclaims.FileClaims(tmp_path)
+    assert held.take("127.1.0.9")
+    assert subprocess.run([sys.executable, "-c", claim, str(tmp_path)]).returncode == 3  # held here
+    held.release("127.1.0.9")
+    assert subprocess.run([sys.executable, "-c", claim, str(tmp_path)]).returncode == 0  # it exits holding it
+    assert ipclaims.FileClaims(tmp_path).take("127.1.0.9")

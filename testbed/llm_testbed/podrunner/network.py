@@ -1,4 +1,5 @@
-"""Pod IPs on loopback and the hosts file each pod sees as /etc/hosts (pure).
+"""Pod IPs on loopback and the hosts file each pod sees as /etc/hosts (pure: the machine-wide claims on
+addresses are :mod:`ipclaims`, passed in).
 
 Every pod gets its own address in 127.1.0.0/16 (Linux routes all of 127.0.0.0/8 to ``lo``, so any
 process can bind and reach it, and nothing leaves the machine). DNS is a per-pod hosts file:
@@ -17,7 +18,7 @@ import ipaddress
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 POD_NETWORK = ipaddress.IPv4Network("127.1.0.0/16")
 CLUSTER_DOMAIN = "cluster.local"
@@ -32,29 +33,57 @@ def first_address(cluster: str) -> int:
     return 254 * (zlib.crc32(cluster.encode()) % 250)
 
 
-class IpPool:
-    """Hands out pod IPs round-robin (a freed address is reused as late as possible)."""
+class Claims(Protocol):
+    """Who else may hold an address: ``take`` claims it (False: held elsewhere), ``release`` gives it back."""
 
-    def __init__(self, network: ipaddress.IPv4Network = POD_NETWORK, start: int = 0) -> None:
+    def take(self, ip: str) -> bool: ...
+
+    def release(self, ip: str) -> None: ...
+
+
+class NoClaims:
+    """Nobody else hands out these addresses (one runner alone, or a test of the pool itself)."""
+
+    def take(self, ip: str) -> bool:
+        return True
+
+    def release(self, ip: str) -> None:
+        pass
+
+
+class IpPool:
+    """Hands out pod IPs round-robin (a freed address is reused as late as possible), each one claimed in
+    ``claims`` first, so that runners sharing the network never hand out the same address at once."""
+
+    def __init__(
+        self, network: ipaddress.IPv4Network = POD_NETWORK, start: int = 0, claims: Claims | None = None
+    ) -> None:
         self._hosts = [str(ip) for ip in network.hosts() if not str(ip).endswith((".0", ".255"))]
         self._used: set[str] = set()
         self._next = start % len(self._hosts)
+        self._claims: Claims = claims or NoClaims()
+
+    def _claim(self, ip: str) -> bool:
+        if ip in self._used or not self._claims.take(ip):
+            return False
+        self._used.add(ip)
+        return True
 
     def take(self, wanted: str | None = None) -> str:
-        """A free address (``wanted`` if it is free and ours)."""
-        if wanted and wanted not in self._used and wanted in self._hosts_set:
-            self._used.add(wanted)
+        """A free address (``wanted`` if it is free, ours and not claimed elsewhere)."""
+        if wanted and wanted in self._hosts_set and self._claim(wanted):
             return wanted
         for _ in range(len(self._hosts)):
             ip = self._hosts[self._next]
             self._next = (self._next + 1) % len(self._hosts)
-            if ip not in self._used:
-                self._used.add(ip)
+            if self._claim(ip):
                 return ip
         raise RuntimeError(f"no free pod IP left in {POD_NETWORK}")
 
     def release(self, ip: str) -> None:
-        self._used.discard(ip)
+        if ip in self._used:
+            self._used.discard(ip)
+            self._claims.release(ip)
 
     @property
     def _hosts_set(self) -> set[str]:

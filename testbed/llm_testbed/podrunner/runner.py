@@ -39,6 +39,7 @@ from llm_testbed.podrunner import (
     faults,
     files,
     initcontainers,
+    ipclaims,
     network,
     plan,
     probes,
@@ -138,7 +139,7 @@ class Runner:
         self.shm_dir = files.shm_dir(cluster)
         self.cgroups = process.cgroup_base(cluster)
         self.cpu = process.cpu_groups(cluster, self.cgroups)
-        self.pool = network.IpPool(start=network.first_address(cluster))
+        self.pool = network.IpPool(start=network.first_address(cluster), claims=ipclaims.FileClaims())
         self.nodes: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
         self.bound: dict[str, dict[str, Any]] = {}  # uid -> latest object of every bound pod
