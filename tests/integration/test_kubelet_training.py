@@ -86,8 +86,14 @@ def trainer(kubelet_cluster: LocalCluster) -> str:
 
 
 @pytest.fixture(scope="module")
+def gid(trainer: str) -> int:
+    """The trainer image's group (its USER's): the shared volume is given to it, the jobs run as it."""
+    return workload.image_group(trainer)
+
+
+@pytest.fixture(scope="module")
 def kubelet_train(
-    kubelet_cluster: LocalCluster, trainer: str, tmp_path_factory: pytest.TempPathFactory
+    kubelet_cluster: LocalCluster, gid: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Training]:
     """The module's namespace, its operator and its shared volume (given to the image's group: a kubelet
     gives a hostPath volume no fsGroup)."""
@@ -95,7 +101,7 @@ def kubelet_train(
     kubelet_cluster.wait_default_service_account(NAMESPACE)
     for t in _training(kubelet_cluster, NAMESPACE, tmp_path_factory.mktemp("kubelet-train"),
                        {"KUBECONFIG": str(kubelet_cluster.kubeconfig)}):  # fmt: skip
-        training.share_with_group(t.volume, workload.image_group(trainer))
+        training.share_with_group(t.volume, gid)
         yield t
 
 
@@ -117,10 +123,10 @@ class Smoke:
 
 
 @pytest.fixture(scope="module")
-def smoke(kubelet_train: Training, trainer: str) -> Smoke:
+def smoke(kubelet_train: Training, trainer: str, gid: int) -> Smoke:
     job = training.training_job(JOB, NAMESPACE, minimum=1, maximum=2, steps=100000, recovery="inProcess")
     applied = time.time()
-    kubelet_train.apply(training.in_image(job, trainer, workload.image_group(trainer)))
+    kubelet_train.apply(training.in_image(job, trainer, gid))
     return Smoke(kubelet_train, applied)
 
 
@@ -225,7 +231,7 @@ def _drained_job(trainer: str, gid: int) -> dict[str, Any]:
 
 
 def test_a_drained_workers_checkpoint_is_resumed_elsewhere_and_its_rule_fails_the_job(
-    kubelet_train: Training, trainer: str, tmp_path: Path
+    kubelet_train: Training, trainer: str, gid: int, tmp_path: Path
 ) -> None:
     """3. A drained node's worker saves on SIGTERM; its replacement resumes there and a rule fails it."""
     t, log_dir = kubelet_train, tmp_path
@@ -233,7 +239,7 @@ def test_a_drained_workers_checkpoint_is_resumed_elsewhere_and_its_rule_fails_th
     c.kubectl("delete", "llmtrainingjob", JOB, "-n", NAMESPACE, "--ignore-not-found", "--wait=true",
               "--timeout=120s", timeout=150)  # fmt: skip
     wait_for(lambda: not t.workers(), 120, "the smoke job's workers gone (their nodes free)")
-    t.apply(_drained_job(trainer, workload.image_group(trainer)))
+    t.apply(_drained_job(trainer, gid))
     metrics = t.volume / DRAINED_DIR / "metrics.jsonl"
     wait_for(lambda: metrics.is_file() and len(read_records(metrics)) >= 3, 300, f"3 steps of {DRAINED}")
     pod_name = f"{DRAINED}-worker-0"
