@@ -62,9 +62,7 @@ def _status(kube: Kubectl) -> dict[str, Any]:
 
 
 def _workers(kube: Kubectl) -> list[dict[str, Any]]:
-    return kube.items(
-        "pods", "--selector", f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=NAMESPACE
-    )
+    return kube.items("pods", labels=f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=NAMESPACE)
 
 
 def _running_at(kube: Kubectl, size: int) -> bool:

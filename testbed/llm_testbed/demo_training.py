@@ -80,7 +80,7 @@ class Progress:
 
 def _worker(kube: Kubectl, index: int) -> dict[str, Any] | None:
     name = f"{JOB}-worker-{index}"
-    pods = kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=NAMESPACE)
+    pods = kube.items("pods", labels=f"{labels.JOB_NAME}={JOB}", namespace=NAMESPACE)
     return next((p for p in pods if p["metadata"]["name"] == name), None)
 
 

@@ -14,7 +14,7 @@ from chart_helpers import Helm
 from llm_testbed.localcluster import chaos
 from support.wait import wait_for
 
-from tests.integration.kube_helpers import apply, get_json, job_manifest, running_workers, status, workers
+from tests.integration.kube_helpers import apply, job_manifest, running_workers, status, workers
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -77,8 +77,8 @@ def test_operator_reconciles_with_only_the_charts_rbac(
             TIMEOUT,
             "Running with chart RBAC",
         )
-        assert get_json(cluster, "deployment", "rbac-rdzv", "-n", namespace) is not None
-        assert get_json(cluster, "service", "rbac-workers", "-n", namespace) is not None
+        assert cluster.kube.get("deployment", "rbac-rdzv", namespace) is not None
+        assert cluster.kube.get("service", "rbac-workers", namespace) is not None
         cluster.kubectl("scale", "llmjob/rbac", "-n", namespace, "--replicas=3")
         wait_for(lambda: len(running_workers(cluster, namespace, "rbac")) == 3, TIMEOUT, "scaled to 3")
         wait_for(lambda: _settled_at(cluster, namespace, 3), TIMEOUT, "Running at 3 after the scale")

@@ -20,7 +20,7 @@ from kopf.testing import KopfRunner
 from llm_operator.policy.tenancy import PRIVILEGED_LABEL
 from support.wait import wait_for
 
-from tests.integration.kube_helpers import get_json, job_manifest, status, workers
+from tests.integration.kube_helpers import job_manifest, status, workers
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -290,7 +290,7 @@ def test_a_submitter_cannot_become_root(
             assert cond["message"].startswith("the operator refused worker(s) legacy-worker-0"), cond
             assert "spec.podTemplate.spec.volumes[cache].hostPath" in cond["message"], cond
             assert workers(cluster, tenant, "legacy") == []
-            assert get_json(cluster, "deployment", "legacy-rdzv", "-n", tenant) is None, "nothing half made"
+            assert cluster.kube.get("deployment", "legacy-rdzv", tenant) is None, "nothing half made"
         assert runner.exception is None, runner.output[-3000:]
     finally:
         for obj in installed:

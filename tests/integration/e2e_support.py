@@ -56,7 +56,7 @@ class Training:
 
     def workers(self) -> list[dict[str, Any]]:
         return self.cluster.kube.items(
-            "pods", "--selector", f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=self.ns
+            "pods", labels=f"{labels.JOB_NAME}={JOB},{labels.ROLE}=worker", namespace=self.ns
         )
 
     def records(self) -> list[dict[str, Any]]:

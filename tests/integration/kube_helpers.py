@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import yaml
 from llm_operator import labels
+from llm_testbed.localcluster.apireader import ApiReadError
 
 
 def apply(cluster: Any, doc: dict[str, Any], *extra: str) -> Any:
     return cluster.kubectl("apply", "-f", "-", *extra, input=yaml.safe_dump(doc), check=False)
 
 
-def get_json(cluster: Any, *args: str) -> dict[str, Any] | None:
-    result = cluster.kubectl("get", *args, "-o", "json", check=False)
-    if result.returncode != 0:
-        return None
-    data: dict[str, Any] = json.loads(result.stdout)
-    return data
-
-
 def job(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
-    return get_json(cluster, "llmtrainingjobs", name, "-n", namespace) or {}
+    """The job, or ``{}`` while it is missing or the API server does not answer (a control-plane fault)."""
+    try:
+        return cluster.kube.get("llmtrainingjobs", name, namespace) or {}
+    except ApiReadError:
+        return {}
 
 
 def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -39,8 +35,11 @@ def event_fields(cluster: Any, namespace: str, selector: str, field: str = "reas
 
 
 def workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
-    data = get_json(cluster, "pods", "-n", namespace, "-l", f"{labels.JOB_NAME}={name},{labels.ROLE}=worker")
-    return list((data or {}).get("items", []))
+    """The job's worker pods; ``[]`` while the API server does not answer (a control-plane fault)."""
+    try:
+        return cluster.kube.items("pods", namespace, labels=f"{labels.JOB_NAME}={name},{labels.ROLE}=worker")
+    except ApiReadError:
+        return []
 
 
 def live_workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -91,7 +91,7 @@ class ArgoWorld:
     def logs(self) -> str:
         """The operator pods' logs and Argo CD's, for a failure's diagnostics."""
         text = []
-        for pod in self.cluster.kube.items("pods", "-l", f"app.kubernetes.io/instance={OPERATOR_APP}",
+        for pod in self.cluster.kube.items("pods", labels=f"app.kubernetes.io/instance={OPERATOR_APP}",
                                            namespace=self.ns):  # fmt: skip
             path = self.cluster.pod_log(self.ns, pod["metadata"]["name"])
             if path.is_file():
@@ -209,7 +209,7 @@ def _operator_values(namespace: str) -> dict[str, Any]:
 
 def _operator_pod(w: ArgoWorld) -> dict[str, Any] | None:
     """The one Ready operator pod (none while a rollout has two)."""
-    pods = [p for p in w.cluster.kube.items("pods", "-l", f"app.kubernetes.io/instance={OPERATOR_APP}",
+    pods = [p for p in w.cluster.kube.items("pods", labels=f"app.kubernetes.io/instance={OPERATOR_APP}",
                                              namespace=w.ns)
             if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
     statuses = (pods[0].get("status", {}).get("containerStatuses") or []) if len(pods) == 1 else []

@@ -21,7 +21,7 @@ from llm_testbed.localcluster import chaos, restart
 from tests.support.wait import wait_for
 
 from .conftest import OperatorProcess
-from .kube_helpers import apply, get_json, running_workers, workers
+from .kube_helpers import apply, running_workers, workers
 from .test_elasticity import TIMEOUT, gpu_job, running_at, start, wait_gpus_free
 
 pytestmark = pytest.mark.cluster
@@ -109,7 +109,7 @@ def test_the_audits_consistent_list_reads_every_page(
 
 def workers_labelled(cluster: Any, namespace: str) -> list[dict[str, Any]]:
     selector = ",".join(f"{k}={v}" for k, v in labels.WORKERS.items())
-    return list((get_json(cluster, "pods", "-n", namespace, "-l", selector) or {}).get("items", []))
+    return list(cluster.kube.items("pods", namespace, labels=selector))
 
 
 class Invariants:
@@ -144,7 +144,7 @@ class Invariants:
         helpers in kube_helpers would read that as "no pods", "no status": not a regression)."""
         kube = self.cluster.kube
         pods = kube.items(
-            "pods", "-l", f"{labels.JOB_NAME}={self.name},{labels.ROLE}=worker", namespace=self.namespace
+            "pods", labels=f"{labels.JOB_NAME}={self.name},{labels.ROLE}=worker", namespace=self.namespace
         )
         job = kube.get("llmtrainingjob", self.name, self.namespace)
         if job is None:

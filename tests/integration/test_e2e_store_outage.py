@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)
 
 def rendezvous_pods(train: Training) -> list[dict[str, object]]:
     selector = f"{labels.JOB_NAME}={JOB},{labels.ROLE}={labels.ROLE_RENDEZVOUS}"
-    return train.cluster.kube.items("pods", "--selector", selector, namespace=train.ns)
+    return train.cluster.kube.items("pods", labels=selector, namespace=train.ns)
 
 
 @pytest.mark.parametrize("recovery", ["inProcess", "restart"])

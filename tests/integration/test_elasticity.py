@@ -28,7 +28,7 @@ def wait_gpus_free(cluster: Any) -> None:
     """Earlier tests' workers must be gone before a test that counts GPU capacity."""
 
     def free() -> bool:
-        pods = cluster.kube.items("pods", "--all-namespaces", "--selector", "elasticllm.dev/role=worker")
+        pods = cluster.kube.items("pods", all_namespaces=True, labels="elasticllm.dev/role=worker")
         return not [p for p in pods if p["spec"].get("nodeName", "").startswith("gpu-")]
 
     wait_for(free, TIMEOUT, "GPU nodes free of earlier workers")
@@ -377,7 +377,7 @@ def _unhealthy_node_story(
     st = status(cluster, namespace, "llama")
     assert [n["node"] for n in st["unhealthyNodes"]] == [node], st
     assert st["unhealthyNodes"][0]["check"] == "other"  # kwok writes no termination message
-    events = cluster.kube.items("events", "--namespace", namespace)
+    events = cluster.kube.items("events", namespace)
     assert any(e.get("reason") == "NodeUnhealthy" and node in e.get("message", "") for e in events)
     marked = cluster.kube.get("node", node) or {}
     assert marked["metadata"]["labels"].get("elasticllm.dev/unhealthy") == "other"

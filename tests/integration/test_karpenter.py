@@ -61,7 +61,7 @@ def _gpu_deployment(name: str) -> dict[str, Any]:
 
 def _pods(kube: Kubectl, ns: str, app: str) -> list[dict[str, Any]]:
     """The app's pods that are not being deleted."""
-    found = kube.items("pods", "-l", f"app={app}", namespace=ns)
+    found = kube.items("pods", labels=f"app={app}", namespace=ns)
     return [p for p in found if not p["metadata"].get("deletionTimestamp")]
 
 

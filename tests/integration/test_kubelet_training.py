@@ -132,9 +132,7 @@ def smoke(kubelet_train: Training, trainer: str, gid: int) -> Smoke:
 
 def _pulled(cluster: LocalCluster, pod: str) -> str:
     """The kubelet's ``Pulled`` message for ``pod`` ("" before it pulled)."""
-    events = cluster.kube.items(
-        "events", "--field-selector", f"involvedObject.name={pod}", namespace=NAMESPACE
-    )
+    events = cluster.kube.items("events", fields=f"involvedObject.name={pod}", namespace=NAMESPACE)
     return next((e["message"] for e in events if e.get("reason") == "Pulled"), "")
 
 
@@ -260,9 +258,7 @@ def test_a_drained_workers_checkpoint_is_resumed_elsewhere_and_its_rule_fails_th
     assert [s.step for s in saved] == [last], f"one checkpoint, of the last step {last}: {why}"
     assert f"every member stopped at step {last} (saved)" in text, why
     step, saved_after = saved[0].step, float(saved[0].meta["saved_at"]) - drained_at
-    killing = c.kube.items(
-        "events", "--field-selector", f"involvedObject.name={pod_name}", namespace=NAMESPACE
-    )
+    killing = c.kube.items("events", fields=f"involvedObject.name={pod_name}", namespace=NAMESPACE)
     assert any(e.get("reason") == "Killing" for e in killing), "the kubelet stopped the drained worker"
 
     def failed() -> dict[str, Any]:  # empty (falsy) until the job failed

@@ -16,7 +16,7 @@ from llm_testbed.localcluster import chaos, nodes
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, get_json, job_manifest, live_workers, status
+from .kube_helpers import apply, job_manifest, live_workers, status
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 90
@@ -101,14 +101,14 @@ def wait_running(cluster: Any, namespace: str, name: str, size: int, what: str) 
 
 
 def workload(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
-    items = (get_json(cluster, "workloads.kueue.x-k8s.io", "-n", namespace) or {}).get("items", [])
+    items = cluster.kube.items("workloads.kueue.x-k8s.io", namespace)
     mine = [w for w in items if w["metadata"]["labels"].get("elasticllm.dev/job-name") == name]
     return mine[0] if mine else {}
 
 
 def wait_gpus_free(cluster: Any) -> None:
     def free() -> bool:
-        pods = cluster.kube.items("pods", "--all-namespaces", "--selector", "elasticllm.dev/role=worker")
+        pods = cluster.kube.items("pods", all_namespaces=True, labels="elasticllm.dev/role=worker")
         return not [
             p
             for p in pods
@@ -209,7 +209,7 @@ def test_preemption_stops_victim_and_requeues(
     assert wl["spec"]["priority"] == 1000
     wait_running(cluster, namespace, "high", 2, "high Running at 2")
     # the victim's workers were stopped (gracefully: deleted, not forced) and it went back to the queue...
-    events = (get_json(cluster, "events", "-n", namespace) or {}).get("items", [])
+    events = cluster.kube.items("events", namespace)
     about_low = [e for e in events if e["involvedObject"]["name"] == "low"]
     assert any(e["reason"] == "Preempted" for e in about_low), [e["reason"] for e in about_low]
     stops = [

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from llm_testbed.localcluster import chaos, marks, restart
+from llm_testbed.localcluster.apireader import ApiReadError
 from llm_testbed.localcluster.chaos import condition
 from llm_testbed.localcluster.cluster import LocalCluster
 from support.kube import create, get_pod, pod_manifest, pod_running_ready
@@ -24,7 +25,7 @@ TEST_CPU_NODES = int(os.environ.get("LLMJOB_TEST_CPU_NODES", "2"))
 
 
 def _nodes(cluster: LocalCluster, role: str) -> list[dict[str, Any]]:
-    return cluster.kube.items("nodes", "-l", f"{marks.NODE_ROLE_LABEL}={role}")
+    return cluster.kube.items("nodes", labels=f"{marks.NODE_ROLE_LABEL}={role}")
 
 
 def _taints(node: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -71,6 +72,32 @@ def test_kubectl_get_nodes_shows_them_ready(cluster: LocalCluster) -> None:
     statuses = {line.split()[0]: line.split()[1] for line in out}
     assert len(statuses) == TEST_GPU_NODES + TEST_CPU_NODES
     assert set(statuses.values()) == {"Ready"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "namespace"),
+    [("no", None), ("sa", "kube-system"), ("crd", None), ("leases.coordination.k8s.io", "kube-node-lease")],
+)
+def test_the_test_beds_reads_name_kinds_and_list_objects_as_kubectl_does(
+    cluster: LocalCluster, kind: str, namespace: str | None
+) -> None:
+    # The polls read the API directly (apireader), not through a kubectl process per read: same kinds, same
+    # objects, each with its kind and apiVersion as kubectl prints them.
+    ns = ["--namespace", namespace] if namespace else []
+    printed = json.loads(cluster.kubectl("get", kind, *ns, "-o", "json").stdout)["items"]
+    read = cluster.kube.items(kind, namespace)
+    assert read, kind
+    assert [(o["kind"], o["apiVersion"], o["metadata"]["uid"]) for o in read] == [
+        (o["kind"], o["apiVersion"], o["metadata"]["uid"]) for o in printed
+    ]
+    one = read[0]["metadata"]
+    assert cluster.kube.get(kind, one["name"], one.get("namespace")) is not None
+    assert cluster.kube.get(kind, "no-such-object", one.get("namespace")) is None
+
+
+def test_a_kind_the_server_does_not_have_is_named_in_the_error(cluster: LocalCluster) -> None:
+    with pytest.raises(ApiReadError, match='resource type "gizmos"'):
+        cluster.kube.items("gizmos")
 
 
 # -------------------------------------------------------------------------------------- control plane

@@ -12,7 +12,6 @@ from tests.support.wait import wait_for
 from .kube_helpers import (
     apply,
     event_fields,
-    get_json,
     job_manifest,
     live_workers,
     running_workers,
@@ -36,15 +35,15 @@ def test_job_gets_workers_service_rendezvous_and_runs(cluster: Any, namespace: s
     )
     names = sorted(p["metadata"]["name"] for p in pods)
     assert names == [f"llama-worker-{i}" for i in range(4)]
-    uid = get_json(cluster, "llmtrainingjob", "llama", "-n", namespace)["metadata"]["uid"]  # type: ignore[index]
+    uid = cluster.kube.get("llmtrainingjob", "llama", namespace)["metadata"]["uid"]  # type: ignore[index]
     pod = pods[0]
     assert pod["metadata"]["ownerReferences"][0]["uid"] == uid
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["PET_RDZV_ID"] == uid and env["PET_NNODES"] == "2:4"
     assert env["PET_RDZV_ENDPOINT"] == f"llama-rdzv.{namespace}.svc:2379"
-    assert get_json(cluster, "service", "llama-workers", "-n", namespace) is not None
-    assert get_json(cluster, "service", "llama-rdzv", "-n", namespace) is not None
-    assert get_json(cluster, "deployment", "llama-rdzv", "-n", namespace) is not None
+    assert cluster.kube.get("service", "llama-workers", namespace) is not None
+    assert cluster.kube.get("service", "llama-rdzv", namespace) is not None
+    assert cluster.kube.get("deployment", "llama-rdzv", namespace) is not None
     st = wait_for(
         lambda: (s := status(cluster, namespace, "llama")).get("phase") == "Running" and s,
         TIMEOUT,
@@ -96,19 +95,14 @@ def test_suspend_and_resume(cluster: Any, namespace: str, operator: Any) -> None
 def test_delete_removes_everything_it_owns(cluster: Any, namespace: str, operator: Any) -> None:
     apply(cluster, job_manifest("gone", namespace, replicas=2))
     wait_for(lambda: len(running_workers(cluster, namespace, "gone")) == 2, TIMEOUT, "2 workers")
-    job = get_json(cluster, "llmjob", "gone", "-n", namespace)
+    job = cluster.kube.get("llmjob", "gone", namespace)
     assert job is not None and not job["metadata"].get("finalizers"), (
         "no finalizer: deletion never waits on us"
     )
     cluster.kubectl("delete", "llmjob/gone", "-n", namespace, "--wait=true")
     selector = f"{labels.JOB_NAME}=gone"
     wait_for(
-        lambda: (
-            not (
-                get_json(cluster, "pods,services,deployments", "-n", namespace, "-l", selector)
-                or {"items": [1]}
-            )["items"]
-        ),
+        lambda: not cluster.kube.items("pods,services,deployments", namespace, labels=selector),
         TIMEOUT,
         "children garbage-collected",
     )

@@ -18,7 +18,7 @@ from llm_testbed.localcluster import paths
 from tests.support.wait import wait_for
 
 from .conftest import PeeredOperatorProcess
-from .kube_helpers import apply, get_json, job_manifest, running_workers
+from .kube_helpers import apply, job_manifest, running_workers
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -52,8 +52,8 @@ def _ready(op: PeeredOperatorProcess, state: str) -> dict[str, Any]:
 
 def _peering(cluster: Any, namespace: str | None) -> dict[str, Any] | None:
     if namespace is None:
-        return get_json(cluster, "clusterkopfpeering", PEERING)
-    return get_json(cluster, "kopfpeering", PEERING, "-n", namespace)
+        return cluster.kube.get("clusterkopfpeering", PEERING)
+    return cluster.kube.get("kopfpeering", PEERING, namespace)
 
 
 @pytest.fixture

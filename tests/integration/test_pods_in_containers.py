@@ -73,7 +73,7 @@ def chart_operator(
     selector = f"app.kubernetes.io/instance={RELEASE}"
 
     def ready() -> dict[str, Any] | None:
-        pods = c.kube.items("pods", "--selector", selector, namespace=ns)
+        pods = c.kube.items("pods", labels=selector, namespace=ns)
         ok = [
             p for p in pods if any(s.get("ready") for s in p.get("status", {}).get("containerStatuses") or [])
         ]
@@ -86,7 +86,7 @@ def chart_operator(
 
 
 def _worker(c: LocalCluster, ns: str) -> dict[str, Any] | None:
-    pods = c.kube.items("pods", "--selector", f"{labels.JOB_NAME}={JOB}", namespace=ns)
+    pods = c.kube.items("pods", labels=f"{labels.JOB_NAME}={JOB}", namespace=ns)
     return next((p for p in pods if p["metadata"]["name"] == f"{JOB}-worker-0"), None)
 
 

@@ -102,7 +102,7 @@ def _operator_reconciles(c: LocalCluster, ns: str, image: str) -> None:
     selector = f"app.kubernetes.io/instance={RELEASE}"
 
     def ready() -> dict[str, Any] | None:
-        pods = c.kube.items("pods", "--selector", selector, namespace=ns)
+        pods = c.kube.items("pods", labels=selector, namespace=ns)
         statuses = [s for p in pods for s in p.get("status", {}).get("containerStatuses") or []]
         return pods[0] if pods and any(s.get("ready") for s in statuses) else None
 

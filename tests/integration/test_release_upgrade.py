@@ -46,7 +46,7 @@ class ChartOperator:
 
     def logs(self) -> str:
         text = []
-        for pod in self.cluster.kube.items("pods", "--selector", SELECTOR, namespace=self.ns):
+        for pod in self.cluster.kube.items("pods", labels=SELECTOR, namespace=self.ns):
             path = self.cluster.pod_log(self.ns, pod["metadata"]["name"])
             if path.is_file():
                 text.append(f"--- {pod['metadata']['name']} ---\n{path.read_text(errors='replace')[-3000:]}")
@@ -101,7 +101,7 @@ def world(process_cluster: LocalCluster, process_namespace: str) -> Iterator[Tra
 
 def _operator_pod(t: Training, old: bool) -> dict[str, Any] | None:
     """The Ready operator pod of the old (``PYTHONPATH`` to the old tree) or the new chart, alone."""
-    pods = [p for p in t.cluster.kube.items("pods", "--selector", SELECTOR, namespace=t.ns)
+    pods = [p for p in t.cluster.kube.items("pods", labels=SELECTOR, namespace=t.ns)
             if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
     if len(pods) != 1:
         return None

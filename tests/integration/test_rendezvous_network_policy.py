@@ -9,7 +9,7 @@ from llm_operator import labels
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, get_json, job_manifest
+from .kube_helpers import apply, job_manifest
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -20,15 +20,15 @@ def test_rendezvous_network_policy_exists_with_the_right_shape(
 ) -> None:
     assert apply(cluster, job_manifest("fenced", namespace, replicas=2)).returncode == 0
     policy = wait_for(
-        lambda: get_json(cluster, "networkpolicy", "fenced-rdzv", "-n", namespace),
+        lambda: cluster.kube.get("networkpolicy", "fenced-rdzv", namespace),
         TIMEOUT,
         "NetworkPolicy fenced-rdzv",
     )
-    uid = get_json(cluster, "llmtrainingjob", "fenced", "-n", namespace)["metadata"]["uid"]  # type: ignore[index]
+    uid = cluster.kube.get("llmtrainingjob", "fenced", namespace)["metadata"]["uid"]  # type: ignore[index]
     owner = policy["metadata"]["ownerReferences"][0]
     assert owner["uid"] == uid and owner["controller"] is True
     spec = policy["spec"]
-    server = get_json(cluster, "deployment", "fenced-rdzv", "-n", namespace)
+    server = cluster.kube.get("deployment", "fenced-rdzv", namespace)
     assert server is not None
     assert spec["podSelector"]["matchLabels"] == server["spec"]["selector"]["matchLabels"]
     assert spec["policyTypes"] == ["Ingress"]
@@ -42,7 +42,7 @@ def test_rendezvous_network_policy_exists_with_the_right_shape(
     # Deleting the job garbage-collects the policy with the rest (ownerReferences).
     cluster.kubectl("delete", "llmjob/fenced", "-n", namespace, "--wait=true")
     wait_for(
-        lambda: get_json(cluster, "networkpolicy", "fenced-rdzv", "-n", namespace) is None,
+        lambda: cluster.kube.get("networkpolicy", "fenced-rdzv", namespace) is None,
         TIMEOUT,
         "NetworkPolicy garbage-collected",
     )

@@ -10,7 +10,7 @@ import yaml
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, get_json, job, status, workers
+from .kube_helpers import apply, job, status, workers
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_operator_waits_for_a_missing_runtime_then_makes_pods_from_it(
     # Editing the runtime does not change the running job: it keeps its copy.
     edited = {**made, "spec": {**made["spec"], "image": "trainer:edited"}}
     assert apply(cluster, edited).returncode == 0
-    current = get_json(cluster, "llmtrainingruntimes", "cpu", "-n", namespace) or {}
+    current = cluster.kube.get("llmtrainingruntimes", "cpu", namespace) or {}
     assert current["metadata"]["resourceVersion"] != snapshot["resourceVersion"]
     cluster.kubectl("scale", "llmjob/rt", "-n", namespace, "--replicas=1")
     wait_for(lambda: len(workers(cluster, namespace, "rt")) == 1, TIMEOUT, "scaled to 1")

@@ -164,8 +164,7 @@ def test_tenant_etcd_keys_belong_to_their_job_on_shared_and_per_job_etcd(
     # 3. train's own etcd: auth on, its own credentials only.
     rdzv = train.cluster.kube.items(
         "pods",
-        "--selector",
-        f"{labels.JOB_NAME}={JOB},{labels.ROLE}={labels.ROLE_RENDEZVOUS}",
+        labels=f"{labels.JOB_NAME}={JOB},{labels.ROLE}={labels.ROLE_RENDEZVOUS}",
         namespace=train.ns,
     )
     own = f"{rdzv[0]['status']['podIP']}:2379"

@@ -93,7 +93,7 @@ def test_tenant_a_check_failing_on_60_percent_of_nodes_marks_at_most_20(
     # 3. ... but the operator marks two of ten and holds the other four back, each with one Warning Event
     # that says why, counted in the metric the alert reads.
     def held_back() -> list[str] | None:
-        events = kube.items("events", "--field-selector", "reason=NodeHealthBraked", namespace=marking.ns)
+        events = kube.items("events", fields="reason=NodeHealthBraked", namespace=marking.ns)
         messages = sorted(str(e.get("message")) for e in events)
         return messages if len(messages) >= BAD_NODES - MARK_LIMIT else None
 

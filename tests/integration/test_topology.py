@@ -16,7 +16,7 @@ from llm_testbed.localcluster import chaos, nodes
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, get_json, job_manifest, live_workers, status
+from .kube_helpers import apply, job_manifest, live_workers, status
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -36,7 +36,7 @@ def topology_job(namespace: str, mode: str, **spec: Any) -> dict[str, Any]:
 
 def wait_gpus_free(cluster: Any) -> None:
     def free() -> bool:
-        pods = cluster.kube.items("pods", "--all-namespaces", "--selector", "elasticllm.dev/role=worker")
+        pods = cluster.kube.items("pods", all_namespaces=True, labels="elasticllm.dev/role=worker")
         return not [p for p in pods if p["spec"].get("nodeName", "").startswith("gpu-")]
 
     wait_for(free, TIMEOUT, "GPU nodes free of earlier workers")
@@ -62,7 +62,7 @@ def lose(cluster: Any, pod: dict[str, Any]) -> str:
 
 
 def events(cluster: Any, namespace: str, reason: str) -> list[dict[str, Any]]:
-    items = (get_json(cluster, "events", "-n", namespace) or {}).get("items", [])
+    items = cluster.kube.items("events", namespace)
     return [e for e in items if e.get("reason") == reason]
 
 

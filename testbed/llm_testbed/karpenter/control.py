@@ -82,4 +82,4 @@ def nodeclaims(kube: Kubectl) -> list[dict[str, Any]]:
 def managed_nodes(kube: Kubectl, pool: str | None = None) -> list[dict[str, Any]]:
     """The nodes Karpenter launched (of one pool, or of every pool)."""
     selector = f"{NODEPOOL_LABEL}={pool}" if pool else NODEPOOL_LABEL
-    return kube.items("nodes", "-l", selector)
+    return kube.items("nodes", labels=selector)

@@ -101,7 +101,7 @@ def is_ready(node: dict[str, Any]) -> bool:
 
 
 def pods_on_node(kube: Kubectl, node: str) -> list[dict[str, Any]]:
-    return kube.items("pods", "--all-namespaces", f"--field-selector=spec.nodeName={node}")
+    return kube.items("pods", all_namespaces=True, fields=f"spec.nodeName={node}")
 
 
 def _now() -> str:

@@ -117,7 +117,7 @@ def up(name: str, gpu_nodes: int, cpu_nodes: int, kubectl_binary: Path | None, c
     if result.returncode != 0:
         raise LocalClusterError(f"kind create cluster --name {name} failed (exit {result.returncode})")
     kube = Kubectl(kubectl_binary or Path(_require("kubectl")), kubeconfig)
-    gpu_workers = kube.items("nodes", "-l", f"{marks.NODE_ROLE_LABEL}=gpu")
+    gpu_workers = kube.items("nodes", labels=f"{marks.NODE_ROLE_LABEL}=gpu")
     extended = nodes.P5_48XLARGE.extended
     for node in gpu_workers:
         kube.patch(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_testbed.localcluster import tools
+from llm_testbed.localcluster import apireader, tools
 from llm_testbed.localcluster.errors import LocalClusterError
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -92,21 +92,22 @@ class Kubectl:
         return json.loads(self.run(*args, "-o", "json", timeout=timeout).stdout)
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        """One object, or ``None`` when it does not exist."""
-        ns = ["--namespace", namespace] if namespace else []
-        try:
-            obj: dict[str, Any] = self.json("get", kind, name, *ns)
-        except KubectlError as exc:
-            if exc.not_found:
-                return None
-            raise
-        return obj
+        """One object, or ``None`` when it does not exist (read from the API, not by a kubectl process)."""
+        return apireader.reader_for(self.kubeconfig).get(kind, name, namespace)
 
-    def items(self, kind: str, *selectors: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """``kubectl get <kind>`` as a list; ``selectors`` are extra flags such as ``-l a=b``."""
-        ns = ["--namespace", namespace] if namespace else []
-        items: list[dict[str, Any]] = self.json("get", kind, *ns, *selectors)["items"]
-        return items
+    def items(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        labels: str | None = None,
+        fields: str | None = None,
+        all_namespaces: bool = False,
+    ) -> list[dict[str, Any]]:
+        """``kubectl get <kind>`` as a list, read from the API (:meth:`ApiReader.items`)."""
+        return apireader.reader_for(self.kubeconfig).items(
+            kind, namespace, labels=labels, fields=fields, all_namespaces=all_namespaces
+        )
 
     def apply(self, objects: Iterable[Mapping[str, Any]], *, server_side: bool = True) -> None:
         """Apply objects given as dicts (server-side, field manager ``llmjob``)."""
