@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 from llm_operator import labels
 from llm_testbed.localcluster.apireader import ApiReadError
+
+from tests.support.wait import wait_for
 
 
 def apply(cluster: Any, doc: dict[str, Any], *extra: str) -> Any:
@@ -32,6 +35,26 @@ def event_fields(cluster: Any, namespace: str, selector: str, field: str = "reas
     return str(
         cluster.kubectl("get", "events", "-n", namespace, "--field-selector", selector, "-o", path).stdout
     ).split()
+
+
+EVENT_TIMEOUT_S = 30.0
+
+
+def wait_events(
+    cluster: Any,
+    namespace: str,
+    reason: str,
+    where: Callable[[dict[str, Any]], bool] = lambda _: True,
+    timeout: float = EVENT_TIMEOUT_S,
+) -> list[dict[str, Any]]:
+    """The Events of ``reason`` in ``namespace`` that ``where`` keeps, once there is one. An Event is posted
+    after the change it tells of (the operator writes its status first and kopf posts Events from a queue; a
+    kubelet's and Kueue's recorders are asynchronous too), so a test that saw the change waits for it."""
+
+    def found() -> list[dict[str, Any]]:
+        return [e for e in cluster.kube.items("events", namespace) if e.get("reason") == reason and where(e)]
+
+    return wait_for(found, timeout, f"an Event {reason} in namespace {namespace}")
 
 
 def workers(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:

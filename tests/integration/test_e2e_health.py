@@ -19,6 +19,7 @@ from support.live_events import events
 from support.wait import wait_for
 
 from .e2e_support import JOB, Training
+from .kube_helpers import wait_events
 
 pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(600)]
 
@@ -86,10 +87,7 @@ def test_a_node_that_fails_preflight_is_recorded_and_never_used(train: Training)
     members = {m for r in train.records() for m in (r.get("members") or [])}
     on_bad = {p["metadata"]["name"] for p in train.workers() if p["spec"].get("nodeName") == bad}
     assert not {_pod_of(m) for m in members} & on_bad, "a worker on the bad node never became a member"
-    reasons = train.cluster.kubectl(
-        "get", "events", "-n", train.ns, "-o", "jsonpath={.items[*].reason}"
-    ).stdout
-    assert "NodeUnhealthy" in reasons, reasons
+    wait_events(train.cluster, train.ns, "NodeUnhealthy")
 
 
 def test_a_throttled_node_is_found_a_straggler_and_replaced(train: Training) -> None:

@@ -14,7 +14,6 @@ One story, in process (recovery inProcess, one process per pod), with a plain sc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from support.live_events import events
 from support.wait import wait_for
 
 from .conftest import PeeredOperatorProcess
+from .kube_helpers import wait_events
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -160,10 +160,14 @@ def test_log_rules_restart_a_hung_program_replace_a_slow_node_and_fail_a_silent_
         assert final["reason"] == "RuleFired" and final["rulesFired"] == 2, final
         last = final["lastRuleFired"]
         assert (last["rule"], last["action"]) == ("started", "failJob"), last
-        reasons = cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout
-        messages = [e["message"] for e in json.loads(reasons)["items"] if e.get("reason") == "RuleFired"]
-        assert any("rule throughput fired" in m and "replaceNode" in m for m in messages), messages
-        assert any("rule started fired" in m and "failJob" in m for m in messages), messages
+        throughput = wait_events(cluster, ns, "RuleFired", lambda e: "rule throughput fired" in e["message"])
+        assert any("replaceNode" in e["message"] for e in throughput), throughput
+        wait_events(
+            cluster,
+            ns,
+            "RuleFired",
+            lambda e: "rule started fired" in e["message"] and "failJob" in e["message"],
+        )
         replacement = cluster.kube.get("pod", pod, ns)
         assert replacement is not None and replacement["spec"].get("nodeName") != node
         print(f"rules: last step line -> restart {to_action:.2f}s (expectedRecurringSeconds {RECURRING})")

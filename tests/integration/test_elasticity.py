@@ -12,7 +12,7 @@ from tests.support.sampling import sampled
 from tests.support.wait import wait_for
 
 from .conftest import OperatorProcess
-from .kube_helpers import apply, job_manifest, live_workers, running_workers, status, workers
+from .kube_helpers import apply, job_manifest, live_workers, running_workers, status, wait_events, workers
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -104,8 +104,7 @@ def test_node_not_ready_worker_replaced(cluster: Any, namespace: str, operator: 
     assert victim["spec"]["nodeName"] not in {p["spec"]["nodeName"] for p in now}
     st = status_when(cluster, namespace, "Running", phase="Running")
     assert st["restarts"] == 1 and st["readyReplicas"] == 3
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
-    assert "NodeNotReady" in events
+    wait_events(cluster, namespace, "NodeNotReady")
 
 
 def test_grace_period_delays_replacement(cluster: Any, namespace: str, operator: Any) -> None:
@@ -220,8 +219,7 @@ def test_node_blip_on_the_only_fitting_node_does_not_strand_the_job(
     assert again["spec"]["nodeName"] == node and again["metadata"]["uid"] != waiting["metadata"]["uid"]
     assert not avoided_nodes(again) or all(node not in names for names in avoided_nodes(again))
     assert status(cluster, namespace, "llama")["restarts"] == 1, "re-creating the waiting pod is no restart"
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
-    assert "AvoidedNodeUsable" in events
+    wait_events(cluster, namespace, "AvoidedNodeUsable")
 
 
 def test_retryable_exit_replaced_nonretryable_fails(cluster: Any, namespace: str, operator: Any) -> None:
@@ -377,8 +375,7 @@ def _unhealthy_node_story(
     st = status(cluster, namespace, "llama")
     assert [n["node"] for n in st["unhealthyNodes"]] == [node], st
     assert st["unhealthyNodes"][0]["check"] == "other"  # kwok writes no termination message
-    events = cluster.kube.items("events", namespace)
-    assert any(e.get("reason") == "NodeUnhealthy" and node in e.get("message", "") for e in events)
+    wait_events(cluster, namespace, "NodeUnhealthy", lambda e: node in e.get("message", ""))
     marked = cluster.kube.get("node", node) or {}
     assert marked["metadata"]["labels"].get("elasticllm.dev/unhealthy") == "other"
     taints = marked["spec"].get("taints", [])

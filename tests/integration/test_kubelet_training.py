@@ -44,6 +44,7 @@ from support.wait import wait_for
 
 from .conftest import _training
 from .e2e_support import JOB, Training
+from .kube_helpers import wait_events
 
 pytestmark = [pytest.mark.cluster, pytest.mark.images, pytest.mark.timeout(1800)]
 
@@ -258,8 +259,7 @@ def test_a_drained_workers_checkpoint_is_resumed_elsewhere_and_its_rule_fails_th
     assert [s.step for s in saved] == [last], f"one checkpoint, of the last step {last}: {why}"
     assert f"every member stopped at step {last} (saved)" in text, why
     step, saved_after = saved[0].step, float(saved[0].meta["saved_at"]) - drained_at
-    killing = c.kube.items("events", fields=f"involvedObject.name={pod_name}", namespace=NAMESPACE)
-    assert any(e.get("reason") == "Killing" for e in killing), "the kubelet stopped the drained worker"
+    wait_events(c, NAMESPACE, "Killing", lambda e: e["involvedObject"]["name"] == pod_name)  # by the kubelet
 
     def failed() -> dict[str, Any]:  # empty (falsy) until the job failed
         job = c.kube.get("llmtrainingjob", DRAINED, NAMESPACE) or {}

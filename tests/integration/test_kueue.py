@@ -16,7 +16,7 @@ from llm_testbed.localcluster import chaos, nodes
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, job_manifest, live_workers, status
+from .kube_helpers import apply, job_manifest, live_workers, status, wait_events
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 90
@@ -208,14 +208,16 @@ def test_preemption_stops_victim_and_requeues(
     wl = wait_for(lambda: workload(cluster, namespace, "high"), TIMEOUT, "high's Workload")
     assert wl["spec"]["priority"] == 1000
     wait_running(cluster, namespace, "high", 2, "high Running at 2")
+
     # the victim's workers were stopped (gracefully: deleted, not forced) and it went back to the queue...
-    events = cluster.kube.items("events", namespace)
-    about_low = [e for e in events if e["involvedObject"]["name"] == "low"]
-    assert any(e["reason"] == "Preempted" for e in about_low), [e["reason"] for e in about_low]
-    stops = [
-        e["message"] for e in about_low if e["reason"] == "DeletedWorkers" and "Preempted" in e["message"]
-    ]
-    assert stops and not any("force" in m for m in stops), stops
+    def about_low(e: dict[str, Any]) -> bool:
+        return bool(e["involvedObject"]["name"] == "low")
+
+    wait_events(cluster, namespace, "Preempted", about_low)
+    stops = wait_events(
+        cluster, namespace, "DeletedWorkers", lambda e: about_low(e) and "Preempted" in e["message"]
+    )
+    assert not any("force" in e["message"] for e in stops), stops
     # ...and Kueue admits it again in what is left (2 nodes), partially: 2 of 4.
     wait_running(cluster, namespace, "low", 2, "low requeued and Running at 2")
     now = {p["metadata"]["uid"] for p in live_workers(cluster, namespace, "low")}

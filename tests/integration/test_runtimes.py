@@ -10,7 +10,7 @@ import yaml
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, job, status, workers
+from .kube_helpers import apply, job, status, wait_events, workers
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,8 +88,7 @@ def test_operator_waits_for_a_missing_runtime_then_makes_pods_from_it(
         cond["status"] == "False"
         and f"LLMTrainingRuntime cpu not found in namespace {namespace}" in cond["message"]
     )
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
-    assert "RuntimeNotFound" in events
+    wait_events(cluster, namespace, "RuntimeNotFound")
     assert workers(cluster, namespace, "rt") == [], "no pods without the runtime"
 
     made = runtime(

@@ -16,7 +16,7 @@ from llm_testbed.localcluster import chaos, nodes
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, job_manifest, live_workers, status
+from .kube_helpers import apply, job_manifest, live_workers, status, wait_events
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -61,11 +61,6 @@ def lose(cluster: Any, pod: dict[str, Any]) -> str:
     return node
 
 
-def events(cluster: Any, namespace: str, reason: str) -> list[dict[str, Any]]:
-    items = cluster.kube.items("events", namespace)
-    return [e for e in items if e.get("reason") == reason]
-
-
 def test_required_block_replacement_shrink_and_growth(cluster: Any, namespace: str, operator: Any) -> None:
     wait_gpus_free(cluster)
     policy = {"nodeFailureGraceSeconds": 0, "resizeCooldownSeconds": 0, "pendingTimeoutSeconds": 3}
@@ -99,13 +94,13 @@ def test_required_block_replacement_shrink_and_growth(cluster: Any, namespace: s
 
     st = wait_for(shrunk, TIMEOUT, "job shrunk to 1 in the full block")
     assert st["topology"]["domains"] == [{"name": HOME, "workers": 1}]
-    assert events(cluster, namespace, "Shrunk")
+    wait_events(cluster, namespace, "Shrunk")
     assert OTHER_NODE not in {p["spec"].get("nodeName") for p in live_workers(cluster, namespace, "llama")}
     # Growth: a node of the block comes back; the job grows into it (gpu-node-3 stayed free all along).
     chaos.node_ready(lost, kube=cluster.kube)
     grown = wait_for(lambda: running(cluster, namespace, 2), TIMEOUT, "job grown back to 2")
     assert blocks(grown) == [HOME, HOME]
-    assert events(cluster, namespace, "Grown"), "grew by the sizing rule"
+    wait_events(cluster, namespace, "Grown")  # grew by the sizing rule
 
 
 def test_preferred_spreads_with_a_warning_when_the_block_is_full(
@@ -134,5 +129,5 @@ def test_preferred_spreads_with_a_warning_when_the_block_is_full(
 
     topo = wait_for(spread_status, TIMEOUT, "status.topology.spread")
     assert topo["domains"] == [{"name": HOME, "workers": 2}, {"name": OTHER, "workers": 1}]
-    warnings = wait_for(lambda: events(cluster, namespace, "TopologySpread"), TIMEOUT, "TopologySpread Event")
+    warnings = wait_events(cluster, namespace, "TopologySpread")
     assert warnings[0]["type"] == "Warning" and nodes.BLOCK_LABEL in warnings[0]["message"]
