@@ -46,7 +46,12 @@ from support.wait import wait_for
 
 from .e2e_support import JOB, STEP_TIMEOUT, Training
 
-pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.trainer,
+    pytest.mark.tools("kueue", "argocd"),
+    pytest.mark.timeout(900),
+]
 
 ROOT = repo_root()
 CHART = "charts/elastic-llm-operator"

@@ -24,7 +24,7 @@ from llm_testbed.localcluster.cluster import LocalCluster
 from llm_testbed.localcluster.kubectl import Kubectl
 from support.wait import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.cluster, pytest.mark.tools("karpenter"), pytest.mark.timeout(300)]
 
 LAUNCH_TIMEOUT_S = 120.0
 CONSOLIDATION_TIMEOUT_S = 120.0

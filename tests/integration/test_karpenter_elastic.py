@@ -33,7 +33,12 @@ from support.wait import wait_for
 from .conftest import _training
 from .e2e_support import JOB, Training
 
-pytestmark = [pytest.mark.cluster, pytest.mark.trainer, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.trainer,
+    pytest.mark.tools("karpenter"),
+    pytest.mark.timeout(900),
+]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "karpenter"
 FULL_TIMEOUT = 300.0

@@ -23,7 +23,7 @@ from llm_testbed.localcluster.cluster import LocalCluster
 from support.kube import create, get_pod
 from support.wait import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.tools("distribution", "containerd", "kubenode", "coredns")]
 
 NAMESPACE = "kubelet-tier"
 SHM = "64Mi"

@@ -46,7 +46,12 @@ from .conftest import _training
 from .e2e_support import JOB, Training
 from .kube_helpers import wait_events
 
-pytestmark = [pytest.mark.cluster, pytest.mark.images, pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.images,
+    pytest.mark.tools("distribution", "containerd", "kubenode", "coredns"),
+    pytest.mark.timeout(1800),
+]
 
 NAMESPACE = "kubelet-training"
 GPU_NODES, CPU_NODES = 2, 1

@@ -18,7 +18,7 @@ from tests.support.wait import wait_for
 
 from .kube_helpers import apply, job_manifest, live_workers, status, wait_events
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.tools("kueue")]
 TIMEOUT = 90
 QUEUE = {"kueue.x-k8s.io/queue-name": local_kueue.LOCAL_QUEUE}
 

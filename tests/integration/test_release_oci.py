@@ -34,7 +34,12 @@ from support.wait import wait_for
 
 from .kube_helpers import job_manifest, status
 
-pytestmark = [pytest.mark.cluster, pytest.mark.images, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.images,
+    pytest.mark.tools("distribution"),
+    pytest.mark.timeout(900),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "oci"
