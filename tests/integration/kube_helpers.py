@@ -1,4 +1,4 @@
-"""Small readers over kubectl for integration tests (JSON in, dicts out)."""
+"""Small readers and writers of the integration tests (the API read directly, kubectl for writes)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
     return data
 
 
-def event_fields(cluster: Any, namespace: str, selector: str, field: str = "reason") -> list[str]:
-    """One field (``reason``, ``type``, ...) of each Event in ``namespace`` that the field selector picks."""
-    path = f"jsonpath={{.items[*].{field}}}"
-    return str(
-        cluster.kubectl("get", "events", "-n", namespace, "--field-selector", selector, "-o", path).stdout
-    ).split()
+def events(cluster: Any, namespace: str, reason: str = "", *, fields: str = "") -> list[dict[str, Any]]:
+    """The Events in ``namespace`` (of ``reason``, and that the field selector ``fields`` picks), read once:
+    for an Event that a synchronous call posted, or to show one is absent. An Event that tells of a change
+    another process made is waited for (:func:`wait_events`)."""
+    selector = ",".join(s for s in (f"reason={reason}" if reason else "", fields) if s)
+    return cluster.kube.items("events", namespace, fields=selector or None)
 
 
 EVENT_TIMEOUT_S = 30.0
@@ -52,7 +52,7 @@ def wait_events(
     kubelet's and Kueue's recorders are asynchronous too), so a test that saw the change waits for it."""
 
     def found() -> list[dict[str, Any]]:
-        return [e for e in cluster.kube.items("events", namespace) if e.get("reason") == reason and where(e)]
+        return [e for e in events(cluster, namespace, reason) if where(e)]
 
     return wait_for(found, timeout, f"an Event {reason} in namespace {namespace}")
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, job_manifest, status, workers
+from .kube_helpers import apply, events, job_manifest, status, workers
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -27,11 +27,7 @@ def _refused(cluster: Any, namespace: str) -> dict[str, Any] | None:
 
 
 def _events(cluster: Any, namespace: str) -> list[str]:
-    out = cluster.kubectl(
-        "get", "events", "-n", namespace, "--field-selector", "reason=AdmissionRefused",
-        "-o", "jsonpath={range .items[*]}{.type} {.message}{'\\n'}{end}",
-    ).stdout  # fmt: skip
-    return [line for line in out.splitlines() if line]
+    return [f"{e['type']} {e['message']}" for e in events(cluster, namespace, "AdmissionRefused")]
 
 
 def test_pod_security_refusal_is_reported_on_the_job(cluster: Any, namespace: str, operator: Any) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, event_fields, job_manifest, status
+from .kube_helpers import apply, job_manifest, status, wait_events
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 90
@@ -34,5 +34,5 @@ def test_no_progress_restarts_then_fails(cluster: Any, namespace: str, operator:
     assert st["restarts"] == 1
     stalled = next(c for c in st["conditions"] if c["type"] == "Stalled")
     assert stalled["status"] == "True" and "no training step completed" in stalled["message"]
-    reasons = event_fields(cluster, namespace, "reason=Stalled", "type")
-    assert reasons == ["Warning"], reasons
+    types = [e["type"] for e in wait_events(cluster, namespace, "Stalled")]
+    assert types == ["Warning"], types

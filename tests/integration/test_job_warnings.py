@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.wait import wait_for
 
-from .kube_helpers import apply, job_manifest, status
+from .kube_helpers import apply, events, job_manifest, status
 
 pytestmark = pytest.mark.cluster
 TIMEOUT = 60
@@ -26,11 +26,7 @@ def test_checkpoint_dir_not_shared_condition_and_event(cluster: Any, namespace: 
     assert cond["status"] == "True" and "spec.checkpointDir (/tmp/checkpoints)" in cond["message"]
 
     def warning_events() -> list[str]:
-        out = cluster.kubectl(
-            "get", "events", "-n", namespace, "--field-selector", "reason=CheckpointNotShared",
-            "-o", "jsonpath={range .items[*]}{.type}{'\\n'}{end}",
-        ).stdout  # fmt: skip
-        return [line for line in out.splitlines() if line]
+        return [e["type"] for e in events(cluster, namespace, "CheckpointNotShared")]
 
     assert wait_for(warning_events, TIMEOUT, "CheckpointNotShared Warning event") == ["Warning"]
     wait_for(lambda: status(cluster, namespace, "ckpt").get("phase") == "Running", TIMEOUT, "Running")

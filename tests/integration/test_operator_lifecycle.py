@@ -11,7 +11,7 @@ from tests.support.wait import wait_for
 
 from .kube_helpers import (
     apply,
-    event_fields,
+    events,
     job_manifest,
     live_workers,
     running_workers,
@@ -55,7 +55,7 @@ def test_job_gets_workers_service_rendezvous_and_runs(cluster: Any, namespace: s
     ready = next(c for c in st["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
     assert st["restarts"] == 0 and st["startTime"]
-    reasons = event_fields(cluster, namespace, "involvedObject.name=llama")
+    reasons = [e["reason"] for e in events(cluster, namespace, fields="involvedObject.name=llama")]
     assert not {"CreatedWorkers", "PhaseRunning"} & set(reasons), f"a first start posts no Event: {reasons}"
 
 

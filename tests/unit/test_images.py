@@ -202,10 +202,19 @@ def test_podman_keeps_its_storage_under_the_cache_root_and_uses_runc(tmp_path: P
     assert cmd[0] == "/usr/bin/podman" and cmd[-1] == "images"
     flags = dict(zip(cmd[1:-1:2], cmd[2:-1:2], strict=True))
     assert flags["--root"] == str(tmp_path / "cache" / "images" / "storage")
-    assert flags["--runroot"] == str(tmp_path / "cache" / "images" / "run")
+    assert flags["--runroot"] == str(podman.runroot_of(tmp_path / "cache" / "images"))
     assert flags["--runtime"] == "runc"
     assert flags["--cgroup-manager"] == "cgroupfs"
     assert flags["--events-backend"] == "file"
+
+
+def test_a_runroot_too_long_for_podman_moves_under_tmp_one_folder_per_root() -> None:
+    short = Path("/root/.cache/elastic-llm-operator/images")
+    assert podman.runroot_of(short) == short / "run"
+    long = Path("/tmp/cold/home/.cache/elastic-llm-operator/images")  # + "/run": 51 characters, refused
+    moved = podman.runroot_of(long)
+    assert moved.parent == Path("/tmp") and len(str(moved)) <= podman.RUNROOT_MAX
+    assert podman.runroot_of(long) == moved and podman.runroot_of(long / "other") != moved
 
 
 def test_ulimits_stay_within_the_hard_limits() -> None:

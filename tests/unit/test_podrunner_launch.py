@@ -87,6 +87,39 @@ def test_a_volume_over_the_runners_environment_leaves_it_visible(tmp_path: Path)
     assert launch.hidden_by(["/tmp"], ["/tmp/ci/.venv", "/tmpx/a", "/usr"]) == ["/tmp/ci/.venv"]
 
 
+@needs_namespaces
+def test_a_volume_over_the_runners_cache_leaves_the_pods_own_files_bound(tmp_path: Path) -> None:
+    """The runner's cache (the pod's folder) under /tmp, the chart's emptyDir at /tmp mounted first: the
+    pod's later sources (a volume's folder, the termination-message file, the hosts file) are still bound."""
+    pod = tmp_path / "cache" / "pod"
+    (pod / "data").mkdir(parents=True)
+    (pod / "c.termination-log").touch()
+    (pod / "hosts").write_text("127.1.9.7 p-0 localhost\n")
+    inside = tmp_path / "inside"  # the container's paths (under tmp_path: nothing made on the machine)
+    script = (
+        "import pathlib, socket;"
+        f"pathlib.Path({str(inside / 'data' / 'out.txt')!r}).write_text(socket.gethostbyname('p-0'));"
+        f"pathlib.Path({str(inside / 'termination-log')!r}).write_text('bye')"
+    )
+    plan = ContainerPlan(
+        name="c",
+        argv=["python", "-c", script],
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        cwd=None,
+        hostname="p-0",
+        hosts_file=str(pod / "hosts"),
+        mounts=[
+            Mount(str(tmp_path / "empty-dir-volume"), str(tmp_path / "cache")),
+            Mount(str(pod / "data"), str(inside / "data")),
+            Mount(str(pod / "c.termination-log"), str(inside / "termination-log")),
+        ],
+    )
+    result = _launch(plan, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (pod / "data" / "out.txt").read_text() == "127.1.9.7"
+    assert (pod / "c.termination-log").read_text() == "bye"
+
+
 def test_launch_failure_is_one_line_and_exit_127(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "llm_testbed.podrunner.launch", str(tmp_path / "missing.json")],

@@ -2,13 +2,16 @@
 
 Every call names its storage (``--root``/``--runroot`` under ``<cache>/images``), so moving
 ``LLMJOB_CACHE_DIR`` aside really means an empty store, and nothing touches the machine's own podman
-images. The runtime is runc (crun fails on hosts whose cgroups are in hybrid mode), cgroups are managed
-through cgroupfs and events go to a file (no systemd needed). Containers get this machine's hard limits
+images. podman refuses a ``--runroot`` longer than 50 characters; under a longer cache path (a long home
+folder, a cache moved under ``/tmp``) the run-time state goes to ``/tmp/llmjob-podman-<hash of the root>``.
+The runtime is runc (crun fails on hosts whose cgroups are in hybrid mode), cgroups are managed through
+cgroupfs and events go to a file (no systemd needed). Containers get this machine's hard limits
 for open files and processes: podman's defaults can exceed them, and then no container starts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import resource
 import shutil
@@ -21,11 +24,22 @@ from llm_testbed.images.errors import ImageError
 from llm_testbed.localcluster.paths import cache_root
 
 RUNTIME = "runc"
+RUNROOT_MAX = 50
+"""The longest ``--runroot`` podman accepts ("the specified runroot is longer than 50 characters")."""
 
 
 def images_root() -> Path:
     """Everything the image builder keeps: ``<cache root>/images``."""
     return cache_root() / "images"
+
+
+def runroot_of(root: Path) -> Path:
+    """podman's run-time state (locks, mounts) for the storage under ``root``: ``<root>/run``, or where
+    that path is too long for podman, a folder under ``/tmp`` named by a hash of ``root`` (one per root)."""
+    inside = root / "run"
+    if len(str(inside)) <= RUNROOT_MAX:
+        return inside
+    return Path("/tmp") / f"llmjob-podman-{hashlib.sha256(str(root).encode()).hexdigest()[:16]}"
 
 
 def _limit(value: int) -> str:
@@ -83,7 +97,7 @@ class Podman:
             "--root",
             str(self.root / "storage"),
             "--runroot",
-            str(self.root / "run"),
+            str(runroot_of(self.root)),
             "--runtime",
             RUNTIME,
             "--cgroup-manager",

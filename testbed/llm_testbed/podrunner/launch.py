@@ -8,6 +8,9 @@ command: the container's main process keeps this PID. Nothing here is visible ou
 The runner's own Python environment (its prefix, the checkout it runs from, the ``PYTHONPATH`` it hands the
 container) stays visible even where a pod volume is mounted over a folder above it: a checkout under
 ``/tmp`` with an ``emptyDir`` at ``/tmp`` (the chart's operator pod) would otherwise lose its ``llmjob``.
+So do the pod's own files (its volumes' folders, its termination-message file, its hosts file) where the
+runner's cache is under such a folder: every bind source is opened before the first mount and bound from
+its descriptor.
 In container mode (``in_image``) it joins the cgroups and ``exec``s ``podman run`` instead.
 Failures print one line and exit 127 (the runner reports it as the container's exit code).
 """
@@ -19,7 +22,9 @@ import ctypes.util
 import json
 import os
 import socket
+import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +83,27 @@ def _target(path: str, is_file: bool) -> None:
         p.mkdir(parents=True, exist_ok=True)
 
 
-def bind(source: str, target: str, read_only: bool) -> None:
-    is_file = Path(source).is_file()
-    if not is_file:
-        Path(source).mkdir(parents=True, exist_ok=True)
-    _target(target, is_file)
-    _mount(source, target, MS_BIND | MS_REC)
+@dataclass(frozen=True)
+class Source:
+    """A bind mount's source, opened (``O_PATH``) before any mount: a pod volume mounted over a folder above
+    it later cannot hide it."""
+
+    fd: int
+    is_file: bool
+
+
+def open_source(path: str) -> Source:
+    """Open ``path`` to bind it later (a folder that does not exist yet is made, as a bind mount needs)."""
+    if not Path(path).is_file():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_PATH)
+    return Source(fd, stat.S_ISREG(os.fstat(fd).st_mode))
+
+
+def bind(source: Source, target: str, read_only: bool) -> None:
+    _target(target, source.is_file)
+    _mount(f"/proc/self/fd/{source.fd}", target, MS_BIND | MS_REC)
+    os.close(source.fd)
     if read_only:
         _mount(None, target, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
@@ -137,13 +157,15 @@ def run(plan: dict[str, Any]) -> None:
     env: dict[str, str] = plan["env"]
     targets = [m["target"] for m in plan["mounts"]]
     kept = keep_visible(hidden_by(targets, runner_paths(env)))
-    for m in plan["mounts"]:
-        if m.get("tmpfs_bytes"):
+    sources = [None if m.get("tmpfs_bytes") else open_source(m["source"]) for m in plan["mounts"]]
+    hosts = open_source(plan["hosts_file"])
+    for m, source in zip(plan["mounts"], sources, strict=True):
+        if source is None:
             tmpfs(m["target"], int(m["tmpfs_bytes"]))
         else:
-            bind(m["source"], m["target"], m["read_only"])
+            bind(source, m["target"], m["read_only"])
     bind_back(kept)
-    bind(plan["hosts_file"], "/etc/hosts", read_only=True)
+    bind(hosts, "/etc/hosts", read_only=True)
     socket.sethostname(plan["hostname"])
     if plan.get("cwd"):
         Path(plan["cwd"]).mkdir(parents=True, exist_ok=True)
