@@ -33,6 +33,8 @@ def groups_for(nodeid: str, markers: set[str], named: Iterable[str] = ()) -> tup
     """The tool groups an integration cluster test waits for, in build order (pure: from its path, markers
     and its ``tools`` marks' names); ``()`` for every other test."""
     if "cluster" not in markers or not nodeid.startswith("tests/integration/"):
+        if named:  # it would be ignored: the test would start before its tools and time out instead
+            raise ValueError(f"{nodeid}: pytest.mark.tools needs an integration test marked cluster")
         return ()
     wanted = {*CONTROL_PLANE, *named}
     unknown = wanted - {g.name for g in tools.GROUPS}

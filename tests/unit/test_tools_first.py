@@ -25,6 +25,15 @@ def test_a_mark_naming_an_unknown_group_is_refused_with_the_test_and_the_name() 
         groups_for("tests/integration/test_x.py::t", {"cluster"}, ["kubeflow"])
 
 
+@pytest.mark.parametrize(
+    ("nodeid", "markers"),
+    [("tests/integration/test_x.py::t", {"trainer"}), ("tests/chart/test_x.py::t", {"cluster"})],
+)
+def test_a_mark_that_would_be_ignored_is_refused(nodeid: str, markers: set[str]) -> None:
+    with pytest.raises(ValueError, match=r"test_x.py::t: pytest.mark.tools needs an integration test marked"):
+        groups_for(nodeid, markers, ["kueue"])
+
+
 def test_files_run_in_the_order_their_last_tool_is_built_and_image_files_last() -> None:
     def rank(*named: str) -> int:
         return ready_rank(groups_for("tests/integration/x.py::t", {"cluster"}, named), images=False)
