@@ -103,7 +103,7 @@ def test_karpenter_tool_group_pins_its_toolchain_in_the_cache_key(monkeypatch: p
     monkeypatch.setattr(tools, "_go_version", lambda: pytest.fail("the pinned toolchain is not asked for"))
     [group] = [g for g in tools.GROUPS if g.name == "karpenter"]
     assert group.commands == {"karpenter": "sigs.k8s.io/karpenter/kwok"}
-    assert tools.go_env(group)["GOTOOLCHAIN"] == tools.KARPENTER_TOOLCHAIN
+    assert tools.go_env(group)["GOTOOLCHAIN"] == tools.GO_TOOLCHAIN
     other = tools.ToolGroup(group.name, group.version, group.commands, group.ldflags, "go1.27.4", group.files)
     assert tools.group_dir(other) != tools.group_dir(group)
     assert "karpenter" in tools.ALL_TOOLS  # CI's background build (`tools build`, all tools) includes it

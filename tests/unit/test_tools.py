@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from pathlib import Path
@@ -44,8 +45,12 @@ def test_cache_dir_is_keyed_by_version_and_flags(monkeypatch: pytest.MonkeyPatch
     first = tools.group_dir(group)
     assert first.parent == tools.cache_root() / "tools"
     assert first.name.startswith(f"{group.name}-{group.version}-")
+    assert tools.group_dir(dataclasses.replace(group, toolchain="go1.27.4")) != first
+    machines_go = dataclasses.replace(group, toolchain="")  # a group without a toolchain of its own
+    before = tools.group_dir(machines_go)
     monkeypatch.setattr(tools, "_go_version", lambda: "go1.27.0")
-    assert tools.group_dir(group) != first
+    assert tools.group_dir(machines_go) != before
+    assert tools.group_dir(group) == first
 
 
 def test_test_asset_variable_wins_and_nothing_is_built(

@@ -35,9 +35,11 @@ DISTRIBUTION_VERSION = "v3.1.2"
 CONTAINERD_VERSION = "v2.4.2"
 COREDNS_VERSION = "v1.15.0"
 ARGOCD_VERSION = "v3.6.1"
-# Karpenter's go.mod asks for Go >= 1.26.9; the go command fetches this exact toolchain through the Go
-# module proxy (about 76 MB, once per machine) when GOTOOLCHAIN names it (docs/decisions.md, "Karpenter").
-KARPENTER_TOOLCHAIN = "go1.27.3"
+# Every group builds with this one Go toolchain, which the go command fetches through the Go module proxy
+# (about 76 MB, once per machine) because GOTOOLCHAIN names it: Karpenter's go.mod asks for Go >= 1.26.9 and
+# Argo CD's for 1.27, and the Go build cache reuses a package compiled for one group in another only when the
+# same compiler built it (docs/decisions.md, "CI6: one version of each shared module").
+GO_TOOLCHAIN = "go1.27.3"
 
 
 def _kube_ldflags() -> list[str]:
@@ -70,7 +72,7 @@ class ToolGroup:
     version: str
     commands: dict[str, str]  # binary name -> Go package path
     ldflags: list[str] = field(default_factory=list)
-    toolchain: str = ""  # GOTOOLCHAIN for this group ("" = the machine's Go)
+    toolchain: str = GO_TOOLCHAIN  # GOTOOLCHAIN for this group ("" = the machine's Go)
     files: tuple[ModuleFiles, ...] = ()
     tags: tuple[str, ...] = ()  # go build -tags
 
@@ -126,7 +128,6 @@ GROUPS: tuple[ToolGroup, ...] = (
         KARPENTER_VERSION,
         {"karpenter": "sigs.k8s.io/karpenter/kwok"},
         [f"-X sigs.k8s.io/karpenter/pkg/operator.Version={KARPENTER_VERSION}"],
-        toolchain=KARPENTER_TOOLCHAIN,
         files=(
             ModuleFiles(
                 "sigs.k8s.io/karpenter",
@@ -156,14 +157,14 @@ GROUPS: tuple[ToolGroup, ...] = (
         _kube_ldflags(),
     ),
     ToolGroup("coredns", COREDNS_VERSION, {"coredns": "./cmd/coredns"}),
-    # Argo CD core (llm_testbed.argocd): one binary that acts as argocd-application-controller or
-    # argocd-repo-server by ARGOCD_BINARY_NAME; built only for `cluster up --argocd` and the argocd tests.
+    # Argo CD core (llm_testbed.argocd): one binary of our own (the wrapper's cmd/argocd) that acts as
+    # argocd-application-controller or argocd-repo-server by ARGOCD_BINARY_NAME, linking only those two of
+    # Argo CD's components; built only for `cluster up --argocd` and the argocd tests.
     ToolGroup(
         "argocd",
         ARGOCD_VERSION,
-        {"argocd": "github.com/argoproj/argo-cd/v3/cmd"},
+        {"argocd": "./cmd/argocd"},
         [f"-X github.com/argoproj/argo-cd/v3/common.version={ARGOCD_VERSION.lstrip('v')}"],
-        toolchain=KARPENTER_TOOLCHAIN,
         files=(
             ModuleFiles("github.com/argoproj/argo-cd/v3", ("manifests/crds/*-crd.yaml",), "crds"),
             # The repo server runs it for every commit it renders, GPG or not (Argo CD's image has it).
