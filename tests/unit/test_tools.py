@@ -53,6 +53,22 @@ def test_cache_dir_is_keyed_by_version_and_flags(monkeypatch: pytest.MonkeyPatch
     assert tools.group_dir(group) == first
 
 
+def test_cache_dir_is_keyed_by_the_wrappers_own_go_sources(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = tmp_path / "tools" / "x"
+    (module / "cmd" / "x").mkdir(parents=True)
+    for name in ("go.mod", "go.sum"):
+        (module / name).write_text(f"{name}\n")
+    main = module / "cmd" / "x" / "main.go"
+    main.write_text("package main\n")
+    group = tools.ToolGroup("x", "v1", {"x": "./cmd/x"})
+    monkeypatch.setattr(tools.ToolGroup, "module_dir", property(lambda self: module))
+    first = tools.group_dir(group)
+    main.write_text("package main\n\nfunc main() {}\n")
+    assert tools.group_dir(group) != first
+
+
 def test_test_asset_variable_wins_and_nothing_is_built(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

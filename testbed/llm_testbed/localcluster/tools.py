@@ -222,6 +222,8 @@ def group_dir(group: ToolGroup) -> Path:
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
         digest.update((group.module_dir / name).read_bytes())
+    for source in sorted(group.module_dir.rglob("*.go")):  # the wrapper's own commands (etcd's, Argo CD's)
+        digest.update(f"{source.relative_to(group.module_dir)}\n".encode() + source.read_bytes())
     digest.update(_toolchain_version(group).encode())
     digest.update(" ".join(_build_flags(group)).encode())
     for files in group.files:
