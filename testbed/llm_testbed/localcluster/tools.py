@@ -402,6 +402,7 @@ def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
         else:
             missing_groups[group.name] = group
     if missing_groups:
+        _go()  # no Go: one clear error before anything is announced or made
         log_dir = cache_root() / "tools" / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         _say(f"building the local control plane tools this machine lacks: {', '.join(missing_groups)}")
