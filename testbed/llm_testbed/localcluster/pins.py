@@ -115,7 +115,7 @@ def committed_pins(groups: Iterable[tools.ToolGroup] = tools.GROUPS) -> dict[str
 def _go(group: tools.ToolGroup, *args: str) -> None:
     env = {**tools.go_env(group), "GOFLAGS": "-mod=mod"}
     print(f"[pins] {group.name}: go {' '.join(args)}", flush=True)
-    subprocess.run(["go", *args], cwd=group.module_dir, env=env, check=True)
+    subprocess.run([tools.go_binary(), *args], cwd=group.module_dir, env=env, check=True)
 
 
 def align(rounds: int = 6) -> int:

@@ -187,7 +187,8 @@ def _group_of(tool: str) -> ToolGroup:
     raise ToolError(f"unknown tool {tool!r}; known tools: {', '.join(ALL_TOOLS)}")
 
 
-def _go() -> str:
+def go_binary() -> str:
+    """The ``go`` command on PATH, or a ToolError that says to install Go."""
     go = shutil.which("go")
     if go is None:
         raise ToolError("'go' is not on PATH: install Go >= 1.24 to build the local control plane tools")
@@ -195,7 +196,7 @@ def _go() -> str:
 
 
 def _go_version() -> str:
-    out = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    out = subprocess.run([go_binary(), "env", "GOVERSION"], capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
@@ -255,7 +256,7 @@ def _say(message: str) -> None:
 def _count_packages(group: ToolGroup, env: dict[str, str]) -> int:
     """How many packages ``go build`` may compile: the denominator of the progress line."""
     result = subprocess.run(
-        [_go(), "list", "-deps", *group.commands.values()],
+        [go_binary(), "list", "-deps", *group.commands.values()],
         cwd=group.module_dir,
         env=env,
         capture_output=True,
@@ -273,7 +274,12 @@ def _download_modules(group: ToolGroup, env: dict[str, str], log_path: Path) -> 
     for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
         with log_path.open("w") as log:
             code = subprocess.run(
-                [_go(), "mod", "download"], cwd=group.module_dir, env=env, stdout=log, stderr=log, check=False
+                [go_binary(), "mod", "download"],
+                cwd=group.module_dir,
+                env=env,
+                stdout=log,
+                stderr=log,
+                check=False,
             ).returncode
         if code == 0:
             return
@@ -292,7 +298,15 @@ def _build_group(group: ToolGroup, log_dir: Path) -> None:
     _download_modules(group, env, log_dir / f"download-{group.name}.log")
     total = _count_packages(group, env)
     log_path = log_dir / f"build-{group.name}.log"
-    argv = [_go(), "build", "-v", *_build_flags(group), "-o", str(staging) + "/", *group.commands.values()]
+    argv = [
+        go_binary(),
+        "build",
+        "-v",
+        *_build_flags(group),
+        "-o",
+        str(staging) + "/",
+        *group.commands.values(),
+    ]
     _say(f"building {group.name} {group.version} ({', '.join(group.commands)}): log in {log_path}")
     started = time.monotonic()
     compiled = 0
@@ -334,7 +348,7 @@ def _build_group(group: ToolGroup, log_dir: Path) -> None:
 def module_root(group: ToolGroup, module: str, env: dict[str, str] | None = None) -> Path:
     """Where the pinned ``module`` of ``group`` lies in the Go module cache (downloaded by the build)."""
     result = subprocess.run(
-        [_go(), "list", "-m", "-f", "{{.Dir}}", module],
+        [go_binary(), "list", "-m", "-f", "{{.Dir}}", module],
         cwd=group.module_dir,
         env=env or go_env(group),
         capture_output=True,
@@ -402,7 +416,7 @@ def ensure(tools: Iterable[str] = ALL_TOOLS) -> dict[str, Path]:
         else:
             missing_groups[group.name] = group
     if missing_groups:
-        _go()  # no Go: one clear error before anything is announced or made
+        go_binary()  # no Go: one clear error before anything is announced or made
         log_dir = cache_root() / "tools" / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         _say(f"building the local control plane tools this machine lacks: {', '.join(missing_groups)}")

@@ -3,7 +3,7 @@
 // component is chosen, as in Argo CD's own binary, by ARGOCD_BINARY_NAME or else by the name it is called
 // by. Argo CD's own cmd package also links the API server, Dex, notifications, the ApplicationSet controller,
 // the commit server and the CLI, which the test bed never runs and which made up most of the build
-// (docs/decisions.md, "Argo CD: only the two components").
+// (docs/decisions.md, CI6).
 package main
 
 import (
