@@ -373,11 +373,21 @@ def _unhealthy_node_story(
     originals = {p["metadata"]["uid"] for p in pods}
     replacement = next(p for p in now if p["metadata"]["uid"] not in originals)
     assert all(node in names for names in avoided_nodes(replacement)), replacement["spec"].get("affinity")
-    st = status(cluster, namespace, "llama")
+
+    # The operator writes the record and marks the node after it has made the replacement: wait for each.
+    def recorded() -> dict[str, Any] | None:
+        st = status(cluster, namespace, "llama")
+        return st if st.get("unhealthyNodes") else None
+
+    def labelled() -> dict[str, Any] | None:
+        obj = cluster.kube.get("node", node) or {}
+        return obj if obj.get("metadata", {}).get("labels", {}).get("elasticllm.dev/unhealthy") else None
+
+    st: dict[str, Any] = wait_for(recorded, TIMEOUT, "status.unhealthyNodes")
     assert [n["node"] for n in st["unhealthyNodes"]] == [node], st
     assert st["unhealthyNodes"][0]["check"] == "other"  # kwok writes no termination message
     wait_events(cluster, namespace, "NodeUnhealthy", lambda e: node in e.get("message", ""))
-    marked = cluster.kube.get("node", node) or {}
+    marked: dict[str, Any] = wait_for(labelled, TIMEOUT, f"node {node} labelled unhealthy")
     assert marked["metadata"]["labels"].get("elasticllm.dev/unhealthy") == "other"
     taints = marked["spec"].get("taints", [])
     assert {"key": "elasticllm.dev/unhealthy", "value": "other", "effect": "NoSchedule"} in taints

@@ -37,6 +37,8 @@ def test_kubelet_config_allows_cgroup_v1_and_authenticates_the_api_server(tmp_pa
     assert config["authentication"]["x509"] == {"clientCAFile": "/pki/ca.crt"}
     assert config["authorization"] == {"mode": "Webhook"}
     assert config["clusterDNS"] == [layout.DNS_ADDRESS] and config["registerWithTaints"] == [taint]
+    # image GC off (threshold 100, no maximum age): the kubelet's own switch (see configs.kubelet_config)
+    assert config["imageGCHighThresholdPercent"] == 100 and "imageMaximumGCAge" not in config
     argv = configs.kubelet_argv("/bin/kubelet", node, {"b": "2", "a": "1"})
     assert f"--node-ip={node.ip}" in argv and "--node-labels=a=1,b=2" in argv
 

@@ -170,6 +170,12 @@ def kubelet_config(
             "nodefs.inodesFree": "1%",
             "imagefs.available": "512Mi",
         },
+        # No image garbage collection: the node's image store lies on that same shared disk, so a full disk
+        # elsewhere would make it delete the 5.7 GiB trainer image under a test. And its first pass, right at
+        # start, can run before cAdvisor's first sample of "/" under load: cAdvisor v0.56.2 then indexes an
+        # empty list and the kubelet exits (GetFsInfo, "index out of range [0]"; seen on a restarted kubelet
+        # in a cold CI run). 100 with no maximum age turns the image GC manager off (kubelet.go).
+        "imageGCHighThresholdPercent": 100,
         "serializeImagePulls": False,
         "maxPods": 110,
         "podLogsDir": str(node.pod_logs_dir),

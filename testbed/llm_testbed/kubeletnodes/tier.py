@@ -228,10 +228,13 @@ class KubeletTier:
         """Until the Node is Ready, annotated with its folder and advertises its extended resources."""
         n, kind = self.layout(name), self._record(name)["kind"]
 
-        def registered() -> dict[str, Any] | None:
+        def kubelet_running() -> None:
             exited = node.kubelet_exited(n)
             if exited is not None:
                 raise LocalClusterError(f"the kubelet of node {name} exited:\n{exited}")
+
+        def registered() -> dict[str, Any] | None:
+            kubelet_running()
             return self.kube.get("node", name)
 
         poll(registered, timeout=timeout, what=f"kubelet node {name} to register", interval=0.3)
@@ -239,8 +242,9 @@ class KubeletTier:
         self.advertise(name, kind)
 
         def ready() -> bool:
+            kubelet_running()  # an exited kubelet is an error now, not a wait until the deadline
             obj = self.kube.get("node", name)
-            if obj is None or node.kubelet_exited(n) is not None:
+            if obj is None:
                 return False
             capacity = obj.get("status", {}).get("capacity", {})
             if any(capacity.get(k) != v for k, v in extended_resources(kind).items()):
