@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -36,7 +35,7 @@ import yaml
 from llm_testbed.localcluster import marks, nodes
 from llm_testbed.localcluster.kubectl import Kubectl, KubectlError
 from llm_testbed.localcluster.ports import is_free
-from llm_testbed.localcluster.tools import GROUPS, ensure
+from llm_testbed.localcluster.tools import ensure, files_dir
 
 API = "kueue.x-k8s.io/v1beta2"
 NAMESPACE = "kueue-system"
@@ -61,28 +60,6 @@ CONVERSION_CRDS = ("localqueues", "clusterqueues", "workloads", "cohorts", "mult
 
 class KueueError(RuntimeError):
     """Kueue could not be started or set up; the message says what failed."""
-
-
-def module_dir() -> Path:
-    """The pinned Kueue module's source folder in the Go module cache (downloaded by the tool build)."""
-    group = next(g for g in GROUPS if g.name == "kueue")
-    env = {**os.environ, "GOFLAGS": "-mod=readonly"}
-    out = subprocess.run(
-        ["go", "list", "-m", "-json", "sigs.k8s.io/kueue"],
-        cwd=group.module_dir,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise KueueError(f"go list -m sigs.k8s.io/kueue failed: {out.stderr.strip()[-300:]}")
-    path = Path(json.loads(out.stdout)["Dir"])
-    if not (path / "config" / "components").is_dir():
-        subprocess.run(
-            ["go", "mod", "download", "sigs.k8s.io/kueue"], cwd=group.module_dir, env=env, check=True
-        )
-    return path
 
 
 def _openssl(*args: str) -> None:
@@ -121,10 +98,11 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def crds(source: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
-    """Kueue's CRDs; the multi-version ones convert through the local manager's conversion webhook."""
+def crds(folder: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
+    """Kueue's CRDs (``folder``: the tool build's copy of its ``config/components/crd/bases``); the
+    multi-version ones convert through the local manager's conversion webhook."""
     out = []
-    for path in sorted((source / "config" / "components" / "crd" / "bases").glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         if crd["spec"]["names"]["plural"] in CONVERSION_CRDS:
             crd["spec"]["conversion"] = {
@@ -138,10 +116,11 @@ def crds(source: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def webhook_configurations(source: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
-    """Kueue's own admission webhooks (its kinds only), pointed at the local manager."""
+def webhook_configurations(folder: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
+    """Kueue's own admission webhooks (its kinds only; ``folder``: the tool build's copy of its
+    ``config/components/webhook``), pointed at the local manager."""
     out = []
-    docs = yaml.safe_load_all((source / "config" / "components" / "webhook" / "manifests.yaml").read_text())
+    docs = yaml.safe_load_all((folder / "manifests.yaml").read_text())
     for doc in docs:
         if not doc:
             continue
@@ -272,13 +251,12 @@ class Kueue:
     def start(self, timeout: float = 120.0) -> None:
         """Install CRDs, certificates and webhooks, start the manager, wait until a queue is Active."""
         self.binary = self.binary or ensure(["kueue"])["kueue"]
-        source = module_dir()
         self.port = self.port or _free_port()
         url = f"https://127.0.0.1:{self.port}"
         cert_dir = self.workdir / "certs"
         certs = make_certs(cert_dir)
         ca = certs["ca.crt"]
-        self.kube.apply(crds(source, url, ca))
+        self.kube.apply(crds(files_dir("kueue", "crds"), url, ca))
         self._wait(lambda: self._crds_established(), timeout, "Kueue CRDs established")
         self.kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
         secret = {
@@ -287,7 +265,7 @@ class Kueue:
             "metadata": {"name": SECRET, "namespace": NAMESPACE},
             "data": {k: _b64(v) for k, v in certs.items()},
         }
-        hooks = webhook_configurations(source, url, ca)
+        hooks = webhook_configurations(files_dir("kueue", "webhook"), url, ca)
         self.kube.apply([secret, *hooks])
         self.installed = hooks
         config_path = self.workdir / "kueue-config.yaml"

@@ -118,3 +118,19 @@ def test_bin_dir_links_every_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     folder = tools.bin_dir_for({"kubectl": binary})
     assert (folder / "kubectl").resolve() == binary.resolve()
     assert os.access(folder / "kubectl", os.X_OK)
+
+
+def test_only_the_tool_build_runs_go() -> None:
+    """What a test or the local cluster needs from a pinned module (Kueue's CRDs and webhooks, Karpenter's
+    and Argo CD's CRDs) is copied at build time (``ToolGroup.files``): a machine whose Go module cache was
+    deleted after the build, as the README allows, still runs every tier. Only the build and the pins tool
+    may call the go command."""
+    root = Path(tools.__file__).resolve().parents[2]
+    callers = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if any(call in path.read_text() for call in ('["go",', "go_binary(),", 'which("go")'))
+    )
+    assert callers == ["llm_testbed/localcluster/pins.py", "llm_testbed/localcluster/tools.py"]
+    kueue = next(g for g in tools.GROUPS if g.name == "kueue")
+    assert {f.into for f in kueue.files} == {"crds", "webhook"}

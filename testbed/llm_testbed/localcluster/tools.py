@@ -122,6 +122,11 @@ GROUPS: tuple[ToolGroup, ...] = (
         KUEUE_VERSION,
         {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
         [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}"],
+        # Its CRDs and admission webhooks, copied at build time: the Go module cache may be deleted after.
+        files=(
+            ModuleFiles("sigs.k8s.io/kueue", ("config/components/crd/bases/*.yaml",), "crds"),
+            ModuleFiles("sigs.k8s.io/kueue", ("config/components/webhook/manifests.yaml",), "webhook"),
+        ),
     ),
     ToolGroup(
         "karpenter",
