@@ -1,8 +1,9 @@
 """Real Kueue on the local control plane: the pinned manager as a local process, its CRDs and queues.
 
 The manager is the upstream ``sigs.k8s.io/kueue`` binary built by ``llmjob tools build`` (tool
-``kueue``). Its CRDs and webhook manifests are read from the Go module cache at run time (never
-copied into this repository). What differs from an in-cluster install, and why:
+``kueue``). Its CRDs and webhook manifests are copied from the pinned module beside the binary when the
+tool builds (``crds/``, ``webhook/``; never into this repository): nothing here needs the Go module cache.
+What differs from an in-cluster install, and why:
 
 - No Service can reach a local process, so every webhook (Kueue's validating/mutating webhooks for its
   own kinds and the CRD conversion webhooks) is registered with a ``url`` on 127.0.0.1 instead of a
